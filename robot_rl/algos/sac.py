@@ -1,0 +1,138 @@
+"""SAC in the RLPD / SERL style: LayerNorm critic ensemble, random-subset min target, learned temperature.
+
+Read `update` top to bottom: critic steps (one per batch), then one actor + temperature step, Polyak after
+every critic step. What actors run is `self.policy`; critics, targets and temperature are learner state.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from robot_rl.nets import EnsembleMLP, ObsEncoder
+from robot_rl.policies.gaussian import GaussianPolicy
+from robot_rl.types import Batch
+
+
+@dataclass
+class SACConfig:
+    hidden: tuple[int, ...] = (256, 256)  # actor and critic MLP widths
+    n_critics: int = 2  # ensemble size; SERL uses 10 with subset 2 (worth it on a GPU, ~4x compute on CPU)
+    critic_subsample: int = 2  # target = min over a random subset of this many members
+    discount: float = 0.97  # short-horizon sparse tasks: ~30-step effective horizon
+    tau: float = 0.005  # Polyak rate for target critics
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temp_lr: float = 3e-4
+    init_temperature: float = 0.01  # small: sparse 0/1 rewards are easily swamped by entropy bonus
+    target_entropy_scale: float = 0.5  # target entropy = -scale * Da (RLPD/SERL use 0.5)
+    backup_entropy: bool = False  # SERL leaves the entropy term out of the TD target
+    batch_size: int = 256  # total; split demo/online by `demo_ratio`
+    demo_ratio: float = 0.5  # RLPD symmetric sampling
+    utd: int = 2  # critic updates per env step; actor/temperature update once per env step
+    image_feature_dim: int = 64
+    augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
+
+
+class Critic(nn.Module):
+    """Q ensemble over (features, action) -> (n, B)."""
+
+    def __init__(self, feat_dim: int, act_dim: int, hidden: tuple[int, ...], n: int) -> None:
+        super().__init__()
+        self.q = EnsembleMLP(n, feat_dim + act_dim, hidden, 1)
+
+    def forward(self, feat: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.q(torch.cat([feat, action], dim=-1)).squeeze(-1)
+
+
+class SAC(nn.Module):
+    """Learner state for one SAC agent. `policy` (encoder + actor head) is the only part actors need."""
+
+    def __init__(
+        self,
+        cfg: SACConfig,
+        state_dim: int,
+        act_dim: int,
+        cameras: tuple[str, ...] = (),
+        image_size: int = 64,
+    ) -> None:
+        super().__init__()
+        if not 1 <= cfg.critic_subsample <= cfg.n_critics:
+            raise ValueError(f"critic_subsample={cfg.critic_subsample} must be in [1, n_critics={cfg.n_critics}]")
+        self.cfg = cfg
+        encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad)
+        self.policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
+        self.critic = Critic(encoder.out_dim, act_dim, cfg.hidden, cfg.n_critics)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_temperature)).log())
+        self.target_entropy = -cfg.target_entropy_scale * act_dim
+        self.pixels = bool(cameras)
+        # The encoder is trained through the critic loss only (DrQ / SERL).
+        self.critic_opt = torch.optim.Adam(
+            [*self.critic.parameters(), *self.policy.encoder.parameters()], lr=cfg.critic_lr
+        )
+        self.actor_opt = torch.optim.Adam(self.policy.head.parameters(), lr=cfg.actor_lr)
+        self.temp_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temp_lr)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    def update(self, batches: list[Batch]) -> dict[str, float]:
+        """One critic step per batch, then one actor and temperature step on the last batch's features."""
+        for batch in batches:
+            critic_loss, feat, q = self._critic_step(batch)
+        actor_loss, temp_loss, entropy = self._actor_step(feat.detach())
+        return {
+            "critic_loss": critic_loss.item(),
+            "q_mean": q.mean().item(),
+            "actor_loss": actor_loss.item(),
+            "temperature": self.alpha.item(),
+            "temp_loss": temp_loss.item(),
+            "entropy": entropy.item(),
+        }
+
+    def _critic_step(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        with torch.no_grad():
+            next_feat = self.policy.encoder(b.next_obs, augment=self.pixels)
+            next_action, next_logp = self.policy.head(next_feat)
+            q_next = self.target_critic(next_feat, next_action)
+            if cfg.critic_subsample < cfg.n_critics:
+                idx = torch.randperm(cfg.n_critics, device=q_next.device)[: cfg.critic_subsample]
+                q_next = q_next[idx]
+            q_next = q_next.min(dim=0).values
+            if cfg.backup_entropy:
+                q_next = q_next - self.alpha * next_logp
+            target = b.reward + cfg.discount * (1.0 - b.terminated) * q_next
+        feat = self.policy.encoder(b.obs, augment=self.pixels)
+        q = self.critic(feat, b.action)
+        loss = (q - target.unsqueeze(0)).pow(2).mean(dim=1).sum()
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+        return loss.detach(), feat, q.detach()
+
+    def _actor_step(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        action, logp = self.policy.head(feat)
+        self.critic.requires_grad_(False)  # the actor loss must not spend time on critic weight grads
+        q = self.critic(feat, action).mean(dim=0)
+        self.critic.requires_grad_(True)
+        alpha = self.alpha.detach()
+        actor_loss = (alpha * logp - q).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        temp_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.temp_opt.zero_grad(set_to_none=True)
+        temp_loss.backward()
+        self.temp_opt.step()
+        return actor_loss.detach(), temp_loss.detach(), -logp.detach().mean()
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic": self.critic_opt, "actor": self.actor_opt, "temperature": self.temp_opt}

@@ -1,0 +1,127 @@
+"""Self-describing checkpoint folders: resolved config + safetensors weights + optimizer state + counters.
+
+Written under a temporary name and renamed, so a run killed mid-save leaves the previous checkpoint intact.
+No pickle: tensors go to safetensors, everything else to JSON or npz.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from robot_rl.buffers import ReplayBuffer
+
+LATEST = "latest"
+
+
+def _flatten_optimizer(opt: torch.optim.Optimizer, prefix: str) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = opt.state_dict()
+    tensors = {}
+    for pid, state in sd["state"].items():
+        for k, v in state.items():
+            tensors[f"{prefix}.{pid}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
+    return tensors, {"param_groups": sd["param_groups"], "param_ids": list(sd["state"].keys())}
+
+
+def _unflatten_optimizer(tensors: Mapping[str, torch.Tensor], meta: dict, prefix: str) -> dict:
+    state: dict[int, dict[str, torch.Tensor]] = {pid: {} for pid in meta["param_ids"]}
+    for key, v in tensors.items():
+        if key.startswith(prefix + "."):
+            pid, name = key[len(prefix) + 1 :].split(".", 1)
+            state[int(pid)][name] = v
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(
+    ckpt_root: Path,
+    name: str,
+    model: torch.nn.Module,
+    optimizers: Mapping[str, torch.optim.Optimizer],
+    counters: Mapping[str, int | float],
+    config_yaml: str,
+    buffers: Mapping[str, ReplayBuffer] | None = None,
+    extra_tensors: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it."""
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / name
+    tmp = ckpt_root / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp / "model.safetensors"))
+    opt_tensors, opt_meta = {}, {}
+    for oname, opt in optimizers.items():
+        t, m = _flatten_optimizer(opt, oname)
+        opt_tensors.update(t)
+        opt_meta[oname] = m
+    save_file(opt_tensors, str(tmp / "optim.safetensors"))
+    (tmp / "optim.json").write_text(json.dumps(opt_meta))
+    if extra_tensors:
+        save_file({k: v.detach().cpu().contiguous() for k, v in extra_tensors.items()}, str(tmp / "extra.safetensors"))
+    for bname, buf in (buffers or {}).items():
+        buf.save(tmp / f"buffer_{bname}.npz")
+    (tmp / "config.yaml").write_text(config_yaml)
+    (tmp / "counters.json").write_text(json.dumps(dict(counters), indent=1))
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest_tmp = ckpt_root / f".{LATEST}.tmp-{os.getpid()}"
+    latest_tmp.write_text(name)
+    os.replace(latest_tmp, ckpt_root / LATEST)
+    _fsync_dir(ckpt_root)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    for f in path.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    pointer = ckpt_root / LATEST
+    if not pointer.exists():
+        return None
+    path = ckpt_root / pointer.read_text().strip()
+    if not (path / "counters.json").exists():
+        raise FileNotFoundError(f"checkpoint pointer {pointer} names {path}, which is missing or incomplete")
+    return path
+
+
+def load_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    buffers: Mapping[str, ReplayBuffer] | None = None,
+    device: torch.device | str = "cpu",
+) -> dict:
+    """Restores in place; returns the counters."""
+    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
+    if optimizers:
+        tensors = load_file(str(path / "optim.safetensors"), device=str(device))
+        meta = json.loads((path / "optim.json").read_text())
+        for oname, opt in optimizers.items():
+            opt.load_state_dict(_unflatten_optimizer(tensors, meta[oname], oname))
+    for bname, buf in (buffers or {}).items():
+        buf.load(path / f"buffer_{bname}.npz")
+    return json.loads((path / "counters.json").read_text())
+
+
+def load_extra(path: Path) -> dict[str, np.ndarray]:
+    f = path / "extra.safetensors"
+    return {k: v.numpy() for k, v in load_file(str(f)).items()} if f.exists() else {}

@@ -1,0 +1,111 @@
+"""`robot-rl <command> [hydra overrides]`: the one entry point for every job."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import sys
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import robot_rl.configs
+from robot_rl.config import TrainConfig, register_configs
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _valid_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+            keys += _valid_keys(f.default_factory, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def load_config(overrides: list[str]) -> TrainConfig:
+    """Composes configs/ + overrides into a typed TrainConfig; a wrong key or group fails here, listing choices."""
+    register_configs()
+    if not any(o.startswith("profile=") for o in overrides):
+        overrides = [*overrides, f"profile={'gpu' if torch.cuda.is_available() else 'cpu'}"]
+    try:
+        with initialize_config_module(config_module="robot_rl.configs", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        return OmegaConf.to_object(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        valid, groups = _valid_keys(TrainConfig), _group_options()
+        given = [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+        unknown = [k for k in given if k not in valid and k not in groups]
+        msg = [f"bad configuration: {e}".rstrip()]
+        for k in unknown:
+            close = difflib.get_close_matches(k, valid, n=3, cutoff=0.5)
+            if close:
+                msg.append(f"'{k}': did you mean {', '.join(close)}?")
+        msg.append("valid keys: " + ", ".join(valid))
+        msg.append("config groups: " + ", ".join(f"{g}=<{'|'.join(o)}>" for g, o in groups.items()))
+        raise ConfigError("\n".join(msg)) from None
+
+
+def _group_options() -> dict[str, list[str]]:
+    root = Path(robot_rl.configs.__file__).parent
+    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(root.iterdir()) if d.is_dir()}
+
+
+def cmd_train(overrides: list[str]) -> int:
+    from robot_rl.loop.trainer import train
+
+    cfg = load_config(overrides)
+    if cfg.resume:
+        saved = OmegaConf.load(Path(cfg.resume) / "config.yaml")
+        merged = OmegaConf.merge(
+            OmegaConf.structured(TrainConfig),
+            saved,
+            OmegaConf.from_dotlist([o for o in overrides if o.startswith("loop.")] + [f"resume={cfg.resume}"]),
+        )
+        cfg = OmegaConf.to_object(merged)
+    summary = train(cfg)
+    print(summary)
+    return 0
+
+
+def cmd_report(args: list[str]) -> int:
+    from robot_rl.evaluation import aggregate_runs
+
+    p = argparse.ArgumentParser(prog="robot-rl report", description="IQM + bootstrap CI over finished runs")
+    p.add_argument("runs", nargs="+", type=Path)
+    ns = p.parse_args(args)
+    print(json.dumps(aggregate_runs(ns.runs), indent=1))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "report": cmd_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(
+            "usage: robot-rl {" + "|".join(COMMANDS) + "} [args]\n"
+            "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
+            "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs"
+        )
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The actor: env + policy + (simulated) human -> transitions. Knows nothing of how they are transported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from robot_rl.types import NpObs, Transition
+
+# (env, policy action) -> (executed action, whether the human acted). The sim's SimulatedHuman and a
+# teleop device both fit.
+Intervener = Callable[[gym.Env, np.ndarray], tuple[np.ndarray, bool]]
+
+
+@dataclass
+class EpisodeStats:
+    episodes: int = 0
+    successes: int = 0
+    steps: int = 0
+    intervened_steps: int = 0
+    recent_success: list[bool] = field(default_factory=list)
+    recent_intervention: list[float] = field(default_factory=list)
+
+    def record(self, success: bool, length: int, intervened: int, window: int = 20) -> None:
+        self.episodes += 1
+        self.successes += int(success)
+        self.recent_success = (self.recent_success + [success])[-window:]
+        self.recent_intervention = (self.recent_intervention + [intervened / max(length, 1)])[-window:]
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean(self.recent_success)) if self.recent_success else 0.0
+
+    @property
+    def intervention_rate(self) -> float:
+        """Fraction of recent episodes' steps where the human acted."""
+        return float(np.mean(self.recent_intervention)) if self.recent_intervention else 0.0
+
+
+class Actor:
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: torch.nn.Module,
+        intervener: Intervener | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.env = env
+        self.policy = policy
+        self.intervener = intervener
+        self.seed = seed
+        self.stats = EpisodeStats()
+        self.policy_version = 0
+        self._obs: NpObs | None = None
+        self._ep_len = 0
+        self._ep_interventions = 0
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        self.policy.load_state_dict(state_dict)
+        self.policy_version = version
+
+    def _reset(self) -> NpObs:
+        obs, _ = self.env.reset(seed=self.seed + self.stats.episodes)
+        if hasattr(self.intervener, "reset"):
+            self.intervener.reset()
+        self.policy.reset()
+        self._ep_len = self._ep_interventions = 0
+        return obs
+
+    def step(self) -> Transition:
+        """One env step; resets on the way in when the previous episode ended."""
+        if self._obs is None:
+            self._obs = self._reset()
+        obs = self._obs
+        action = self.policy.select_action(obs)
+        intervened = False
+        if self.intervener is not None:
+            action, intervened = self.intervener(self.env, action)
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        self._ep_len += 1
+        self._ep_interventions += int(intervened)
+        self.stats.steps += 1
+        self.stats.intervened_steps += int(intervened)
+        t = Transition(
+            obs=obs,
+            action=np.asarray(action, np.float32),
+            reward=float(reward),
+            next_obs=next_obs,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            intervened=intervened,
+        )
+        if t.done:
+            self.stats.record(bool(info["success"]), self._ep_len, self._ep_interventions)
+            self._obs = None
+        else:
+            self._obs = next_obs
+        return t

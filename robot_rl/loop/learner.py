@@ -1,0 +1,61 @@
+"""The learner: transitions in, weights out, at a fixed update-to-data rate.
+
+Human-acted transitions go into both buffers (HIL-SERL): the demo side of the RLPD mix then learns from
+every correction, the online side keeps the true state distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robot_rl.algos.sac import SAC
+from robot_rl.buffers import MixedSampler, ReplayBuffer
+from robot_rl.types import Transition
+
+
+class Learner:
+    def __init__(
+        self,
+        algo: SAC,
+        demo: ReplayBuffer,
+        online: ReplayBuffer,
+        device: torch.device,
+        learning_starts: int = 0,
+    ) -> None:
+        self.algo = algo
+        self.demo, self.online = demo, online
+        self.sampler = MixedSampler(demo, online, algo.cfg.batch_size, algo.cfg.demo_ratio)
+        self.device = device
+        self.learning_starts = learning_starts
+        self.env_steps = 0
+        self.updates = 0  # SAC.update calls; each holds `utd` critic steps
+        self._last_intervened = False
+        self.last_stats: dict[str, float] = {}
+
+    def add(self, t: Transition) -> None:
+        self.online.add(t)
+        if t.intervened:
+            if not self._last_intervened:
+                self.demo.break_sequence()
+            self.demo.add(t)
+        self._last_intervened = t.intervened and not t.done
+        self.env_steps += 1
+
+    @property
+    def updates_due(self) -> int:
+        """Rate limit: one update call (utd critic steps) per env step past `learning_starts`."""
+        return max(0, self.env_steps - self.learning_starts) - self.updates
+
+    def update(self) -> dict[str, float]:
+        batches = [self.sampler.sample().to(self.device) for _ in range(self.algo.cfg.utd)]
+        self.last_stats = self.algo.update(batches)
+        self.updates += 1
+        return self.last_stats
+
+    def train_to_rate_limit(self) -> None:
+        while self.updates_due > 0:
+            self.update()
+
+    def policy_weights(self) -> dict[str, torch.Tensor]:
+        """CPU copy of what actors run; the learner may live on a GPU."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.algo.policy.state_dict().items()}

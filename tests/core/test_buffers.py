@@ -1,0 +1,91 @@
+"""Replay: frames stored once, next_obs correct across episode ends and ring wrap-around, save/restore."""
+
+import numpy as np
+
+from robot_rl.buffers import MixedSampler, ReplayBuffer
+from robot_rl.types import Transition
+
+
+def episode(start: int, length: int, terminated: bool = True) -> list[Transition]:
+    """Observation value = global frame counter, so next_obs must equal obs + 1 within an episode."""
+    out = []
+    for t in range(length):
+        o, n = start + t, start + t + 1
+        last = t == length - 1
+        out.append(
+            Transition(
+                obs={"state": np.full(2, o, np.float32), "cam": np.full((4, 4, 3), o % 256, np.uint8)},
+                action=np.full(3, o, np.float32),
+                reward=float(o),
+                next_obs={"state": np.full(2, n, np.float32), "cam": np.full((4, 4, 3), n % 256, np.uint8)},
+                terminated=last and terminated,
+                truncated=last and not terminated,
+            )
+        )
+    return out
+
+
+def check(buf: ReplayBuffer, n: int = 500) -> None:
+    b = buf.sample(n)
+    s, ns = b.obs["state"][:, 0], b.next_obs["state"][:, 0]
+    assert np.array_equal(ns.numpy(), s.numpy() + 1)
+    assert np.array_equal(b.action[:, 0].numpy(), s.numpy())
+    assert np.array_equal(b.obs["cam"][:, 0, 0, 0].numpy(), s.numpy().astype(np.int64) % 256)
+
+
+def test_next_obs_across_episodes_and_wraparound() -> None:
+    buf = ReplayBuffer(capacity=37, seed=0)
+    start = 0
+    for k in range(20):
+        for t in episode(start, 3 + k % 5, terminated=k % 2 == 0):
+            buf.add(t)
+        start += 100
+    check(buf)
+    assert len(buf) <= 37
+    assert buf.obs["cam"].shape[0] == 37  # frames stored once: no separate next_obs array
+
+
+def test_terminated_flag_only_on_terminal_steps() -> None:
+    buf = ReplayBuffer(100, seed=1)
+    for t in episode(0, 5, terminated=True) + episode(50, 5, terminated=False):
+        buf.add(t)
+    b = buf.sample(400)
+    s = b.obs["state"][:, 0].numpy()
+    assert set(s[b.terminated.numpy() == 1].tolist()) == {4.0}  # truncated episode's end bootstraps
+
+
+def test_break_sequence_segments() -> None:
+    buf = ReplayBuffer(50, seed=2)
+    ep = episode(0, 10, terminated=False)
+    for t in ep[2:4]:
+        buf.add(t)
+    buf.break_sequence()
+    for t in ep[6:8]:
+        buf.add(t)
+    check(buf, 100)
+    assert sorted(set(buf.sample(200).obs["state"][:, 0].tolist())) == [2.0, 3.0, 6.0, 7.0]
+
+
+def test_save_restore_roundtrip(tmp_path) -> None:
+    buf = ReplayBuffer(40, seed=3)
+    for t in episode(0, 7):
+        buf.add(t)
+    buf.save(tmp_path / "b.npz")
+    other = ReplayBuffer(40, seed=3)
+    other.load(tmp_path / "b.npz")
+    assert len(other) == len(buf) and other.cursor == buf.cursor
+    for t in episode(200, 3):
+        other.add(t)
+    check(other)
+
+
+def test_mixed_sampler_ratio() -> None:
+    demo, online = ReplayBuffer(100, seed=4), ReplayBuffer(100, seed=5)
+    for t in episode(0, 20):
+        demo.add(t)
+    mix = MixedSampler(demo, online, batch_size=64, demo_ratio=0.5)
+    assert mix.sample().size == 64  # all demo before online data exists
+    for t in episode(1000, 20):
+        online.add(t)
+    s = mix.sample().obs["state"][:, 0].numpy()
+    assert (s < 1000).sum() == 32 and (s >= 1000).sum() == 32

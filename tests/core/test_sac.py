@@ -1,0 +1,73 @@
+"""SAC pieces: termination masks bootstrapping, truncation does not, the ensemble is one batched module."""
+
+import torch
+
+from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.types import Batch
+
+
+def batch(n: int, reward: float, terminated: float, state_dim: int = 3) -> Batch:
+    s = torch.zeros(n, state_dim)
+    return Batch(
+        obs={"state": s},
+        action=torch.zeros(n, 2),
+        reward=torch.full((n,), reward),
+        next_obs={"state": s},
+        terminated=torch.full((n,), terminated),
+        intervened=torch.zeros(n),
+    )
+
+
+def fit_q(terminated: float, steps: int = 600) -> float:
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden=(32, 32), discount=0.9, critic_lr=3e-3, tau=0.05, init_temperature=1e-4, temp_lr=0.0)
+    sac = SAC(cfg, state_dim=3, act_dim=2)
+    b = batch(64, reward=1.0, terminated=terminated)
+    for _ in range(steps):
+        sac.update([b])
+    with torch.no_grad():
+        return sac.critic(b.obs["state"], b.action).mean().item()
+
+
+def test_terminal_transition_does_not_bootstrap() -> None:
+    # A self-loop with reward 1: terminal => Q = r = 1; non-terminal (e.g. truncated) => Q -> r / (1 - gamma) = 10.
+    q_term = fit_q(terminated=1.0)
+    q_boot = fit_q(terminated=0.0, steps=1500)
+    assert abs(q_term - 1.0) < 0.15, q_term
+    assert q_boot > 4.0, q_boot
+
+
+def test_ensemble_members_are_independent_and_batched() -> None:
+    sac = SAC(SACConfig(n_critics=10, critic_subsample=2), state_dim=5, act_dim=3)
+    q = sac.critic(torch.randn(7, 5), torch.rand(7, 3))
+    assert q.shape == (10, 7)
+    assert q.std(dim=0).mean() > 0  # different initialisations per member
+    assert sum(1 for _ in sac.critic.modules() if isinstance(_, torch.nn.Linear)) == 0  # no per-member Linear
+
+
+def test_actor_update_leaves_critic_untouched() -> None:
+    sac = SAC(SACConfig(hidden=(16,)), state_dim=3, act_dim=2)
+    before = [p.clone() for p in sac.critic.parameters()]
+    feat = torch.randn(8, 3)
+    sac._actor_step(feat)
+    assert all(torch.equal(a, b) for a, b in zip(before, sac.critic.parameters(), strict=True))
+
+
+def test_pixels_encoder_is_trained_by_critic_only() -> None:
+    cfg = SACConfig(hidden=(16,), image_feature_dim=8)
+    sac = SAC(cfg, state_dim=2, act_dim=2, cameras=("front",), image_size=16)
+    obs = {"state": torch.zeros(4, 2), "front": torch.randint(0, 255, (4, 16, 16, 3), dtype=torch.uint8)}
+    b = Batch(
+        obs=obs,
+        action=torch.zeros(4, 2),
+        reward=torch.ones(4),
+        next_obs=obs,
+        terminated=torch.zeros(4),
+        intervened=torch.zeros(4),
+    )
+    enc_before = [p.clone() for p in sac.policy.encoder.parameters()]
+    stats = sac.update([b])
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    assert any(not torch.equal(a, p) for a, p in zip(enc_before, sac.policy.encoder.parameters(), strict=True))
+    param_ids = {id(p) for g in sac.actor_opt.param_groups for p in g["params"]}
+    assert not param_ids & {id(p) for p in sac.policy.encoder.parameters()}
