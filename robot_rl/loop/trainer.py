@@ -141,7 +141,9 @@ def train(cfg: TrainConfig) -> Path:
         for t in episode_transitions(store, i, obs_keys):
             demo_buf.add(t)
 
-    algo = SAC(cfg.sac, state_dim, act_dim, cameras, image_size).to(device)
+    algo = SAC(cfg.sac, state_dim, act_dim, cameras, image_size)
+    algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
+    algo = algo.to(device)
     learner = Learner(algo, demo_buf, online_buf, device, cfg.loop.learning_starts)
     human = SimulatedHuman(cfg.intervention, seed=cfg.seed)
     actor = Actor(env, copy.deepcopy(algo.policy).cpu(), human if cfg.intervention.enabled else None, cfg.seed)
@@ -184,7 +186,7 @@ def train(cfg: TrainConfig) -> Path:
     session_start = time.perf_counter()
     wall_before = state.wall_clock_s
     last_eval = float("nan")
-    bar = tqdm(total=cfg.loop.env_steps, initial=learner.env_steps, desc="train", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=cfg.loop.env_steps, initial=learner.env_steps, desc="train", unit="step", mininterval=2.0)
     while learner.env_steps < cfg.loop.env_steps:
         human.set_progress(learner.env_steps)
         learner.add(actor.step())

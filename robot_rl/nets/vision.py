@@ -62,9 +62,18 @@ class ObsEncoder(nn.Module):
         self.augment_pad = augment_pad
         self.convs = nn.ModuleDict({c: ConvEncoder(image_size, feature_dim=feature_dim) for c in self.cameras})
         self.out_dim = state_dim + feature_dim * len(self.cameras)
+        # Buffers, not parameters: they ride along in every checkpoint and weight push, so learner, eval and
+        # robot node normalise identically. Centimetre-scale features need this to be learnable quickly.
+        self.register_buffer("state_mean", torch.zeros(state_dim))
+        self.register_buffer("state_std", torch.ones(state_dim))
+
+    def set_state_normalization(self, states: torch.Tensor, min_std: float = 0.01) -> None:
+        """Fixes the state normaliser from data (e.g. the demos); `min_std` keeps near-constant dims sane."""
+        self.state_mean.copy_(states.mean(0))
+        self.state_std.copy_(states.std(0).clamp_min(min_std))
 
     def forward(self, obs: Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
-        feats = [obs["state"]]
+        feats = [(obs["state"] - self.state_mean) / self.state_std]
         for cam in self.cameras:
             img = obs[cam].permute(0, 3, 1, 2).float().div_(255.0)  # (B, H, W, 3) uint8 -> (B, 3, H, W)
             if augment and self.augment_pad:

@@ -1,0 +1,367 @@
+"""Franka Panda manipulation envs (PickCube, PegInsert) with end-effector delta control.
+
+Control: the action moves a mocap target welded to the hand; one env step is a single
+`mj_step(model, data, nstep)` call so the Python cost per step stays far below the physics cost.
+
+Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
+  tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
+  then in `state`/`both` obs modes only the privileged object state:
+  PickCube:  cube_pos (3), cube_minus_tcp (3), [cube_yaw4_sin_cos (2) if yaw: sin/cos of 4*yaw, the
+             cube's symmetry-invariant yaw]
+  PegInsert: peg_bottom (3), hole_top (3), hole_minus_peg_bottom (3)
+Cameras appear as uint8 (H, W, 3) entries named after the camera.
+
+PegInsert starts with the peg already grasped and keeps the gripper closed whatever the last action
+dimension says (as in HIL-SERL insertion tasks), so the policy only learns the contact-rich motion.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig
+from robot_rl.sim.rendering import CameraRenderer
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+TASKS = ("PickCube", "PegInsert")
+OBS_MODES = ("state", "pixels", "both")
+FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
+CUBE_HALF = 0.02
+LIFT_HEIGHT = 0.05  # PickCube success: cube raised this far above its resting height
+PEG_HALF_LEN = 0.05
+PEG_BELOW_TCP = 0.01  # peg centre sits this far below the TCP when held
+HOLE_HALF = 0.0115
+INSERT_DEPTH = 0.03  # PegInsert success depth below the hole top
+ARM_DOFS = slice(0, 7)
+
+
+def down_quat(yaw: float) -> np.ndarray:
+    """Hand pointing straight down, fingers closing along world y rotated by `yaw`."""
+    return np.array([0.0, np.cos(0.5 * yaw), np.sin(0.5 * yaw), 0.0])
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    xml: str
+    object_body: str
+    object_xy: tuple[float, float]
+    ee_start: tuple[float, float, float]
+    workspace_lo: tuple[float, float, float]
+    workspace_hi: tuple[float, float, float]
+    episode_steps: int
+
+
+_TASKS: dict[str, _TaskSpec] = {
+    "PickCube": _TaskSpec(
+        "pick_cube.xml", "cube", (0.5, 0.0), (0.5, 0.0, 0.15), (0.3, -0.25, 0.01), (0.7, 0.25, 0.3), 50
+    ),
+    "PegInsert": _TaskSpec(
+        "peg_insert.xml", "peg", (0.55, 0.0), (0.5, 0.0, 0.2), (0.35, -0.2, 0.05), (0.7, 0.2, 0.3), 60
+    ),
+}
+
+
+@dataclass
+class EnvConfig:
+    task: str = "PickCube"  # PickCube | PegInsert
+    obs: str = "state"  # state | pixels | both  (pixels: cameras + proprio only)
+    cameras: tuple[str, ...] = ("front", "wrist")
+    image_size: int = 64
+    control_hz: float = 10.0
+    max_episode_steps: int = 0  # 0 => task default (PickCube 50, PegInsert 60)
+    reward: str = "sparse"  # sparse | dense
+    yaw: bool = False  # adds a dyaw action dim before the gripper
+    terminate_on_success: bool = True
+    max_step: float = 0.025  # metres of target motion per step at |action| = 1
+    max_yaw_step: float = 0.25  # radians per step at |action| = 1
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+
+class PandaEnv(gym.Env):
+    """One task of the simulated Panda; see the module docstring for spaces and semantics."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, cfg: EnvConfig) -> None:
+        if cfg.task not in _TASKS:
+            raise ValueError(f"unknown task {cfg.task!r}; expected one of {TASKS}")
+        if cfg.obs not in OBS_MODES:
+            raise ValueError(f"unknown obs mode {cfg.obs!r}; expected one of {OBS_MODES}")
+        if cfg.reward not in ("sparse", "dense"):
+            raise ValueError(f"unknown reward {cfg.reward!r}; expected 'sparse' or 'dense'")
+        self.cfg = cfg
+        self.task = cfg.task
+        self._task_spec = spec = _TASKS[cfg.task]
+        self.model = mujoco.MjModel.from_xml_path(str(ASSETS / spec.xml))
+        self.data = mujoco.MjData(self.model)
+        m = self.model
+        steps = 1.0 / (cfg.control_hz * m.opt.timestep)
+        self.n_substeps = max(1, round(steps))
+        self.control_dt = self.n_substeps * m.opt.timestep
+        self.max_episode_steps = cfg.max_episode_steps or spec.episode_steps
+
+        self._tcp_id = m.site("tcp").id
+        self._mocap_id = m.body_mocapid[m.body("target").id]
+        self._obj_body = m.body(spec.object_body).id
+        self._obj_qadr = m.jnt_qposadr[m.body_jntadr[self._obj_body]]
+        self._finger_qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in ("finger_left", "finger_right")])
+        self._peg = cfg.task == "PegInsert"
+        if self._peg:
+            self._peg_bottom_id = m.site("peg_bottom").id
+            self._hole_top_id = m.site("hole_top").id
+            self._block_mocap = m.body_mocapid[m.body("block").id]
+        self._ws_lo = np.array(spec.workspace_lo)
+        self._ws_hi = np.array(spec.workspace_hi)
+        self._yaw_limit = np.pi / 2
+        self._home_q = self._solve_ik(np.array(spec.ee_start), 0.0, m.qpos_spring[ARM_DOFS].copy())
+        self._randomizer = DomainRandomizer(
+            cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS
+        )
+
+        self.action_dim = 5 if cfg.yaw else 4
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+        self.state_layout = self._make_layout()
+        n_state = max(s.stop for s in self.state_layout.values())
+        spaces: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(-np.inf, np.inf, (n_state,), np.float32)}
+        self._renderer: CameraRenderer | None = None
+        if cfg.obs != "state":
+            size = cfg.image_size
+            for cam in cfg.cameras:
+                spaces[cam] = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+            self._renderer = CameraRenderer(m, tuple(cfg.cameras), size)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+        self._target = np.zeros(3)
+        self._yaw = 0.0
+        self._prev_tcp = np.zeros(3)
+        self._t = 0
+        self._latency: deque[np.ndarray] = deque()
+
+    # ----------------------------------------------------------------------------------------- gym API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        m, d, r = self.model, self.data, self.cfg.randomization
+        mujoco.mj_resetData(m, d)
+        self._randomizer.apply(rng)
+
+        start = np.array(self._task_spec.ee_start) + rng.uniform(-r.ee_start_jitter, r.ee_start_jitter, 3)
+        d.qpos[ARM_DOFS] = self._solve_ik(start, 0.0, self._home_q)
+        d.mocap_pos[self._mocap_id] = start
+        d.mocap_quat[self._mocap_id] = down_quat(0.0)
+        obj_xy = np.array(self._task_spec.object_xy) + rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        q = self._obj_qadr
+        if self._peg:
+            d.mocap_pos[self._block_mocap, :2] = obj_xy
+            d.qpos[self._finger_qadr] = 0.01  # exactly on the 2 cm peg
+            d.ctrl[:] = 0.0
+            d.qpos[q : q + 3] = start - np.array([0.0, 0.0, PEG_BELOW_TCP])
+            d.qpos[q + 3 : q + 7] = (1.0, 0.0, 0.0, 0.0)
+        else:
+            d.qpos[self._finger_qadr] = FINGER_OPEN
+            d.ctrl[:] = FINGER_OPEN
+            yaw = rng.uniform(-r.object_yaw_range, r.object_yaw_range) if self.cfg.yaw else 0.0
+            d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], CUBE_HALF)
+            d.qpos[q + 3 : q + 7] = (np.cos(0.5 * yaw), 0.0, 0.0, np.sin(0.5 * yaw))
+        mujoco.mj_forward(m, d)
+        if self._peg:
+            mujoco.mj_step(m, d, self.n_substeps)  # let the grip on the peg settle
+        self._target = start.copy()
+        self._yaw = 0.0
+        self._prev_tcp = d.site_xpos[self._tcp_id].copy()
+        self._t = 0
+        self._latency = deque(np.zeros(self.action_dim) for _ in range(r.action_latency))
+        obs = self._observe()
+        return obs, {"success": self._success()}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (self.action_dim,):
+            raise ValueError(f"action must have shape ({self.action_dim},), got {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"action contains NaN or inf: {a}; refusing to step the simulator")
+        a = np.clip(a, -1.0, 1.0)
+        if self._latency:
+            self._latency.append(a)
+            a = self._latency.popleft()
+
+        d = self.data
+        tcp = d.site_xpos[self._tcp_id]
+        # Relative to the measured TCP, not the previous target: the policy sees the TCP, so the
+        # dynamics stay Markov in what it observes (SERL's relative-frame actions).
+        target = tcp + a[:3] * self.cfg.max_step
+        np.clip(target, self._ws_lo, self._ws_hi, out=target)
+        self._target = target
+        d.mocap_pos[self._mocap_id] = target
+        if self.cfg.yaw:
+            yaw = self._yaw + a[3] * self.cfg.max_yaw_step
+            self._yaw = min(max(yaw, -self._yaw_limit), self._yaw_limit)
+            d.mocap_quat[self._mocap_id] = down_quat(self._yaw)
+        if not self._peg:
+            # Proportional, not a switch: a critic gets no gradient through a step function.
+            # Any command > 0 closes past the 4 cm cube, so "> 0 grasps" still holds.
+            d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - a[-1])
+        self._prev_tcp[:] = tcp
+        mujoco.mj_step(self.model, d, self.n_substeps)
+        self._t += 1
+
+        success = self._success()
+        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" else 0.0)
+        terminated = success and self.cfg.terminate_on_success
+        truncated = not terminated and self._t >= self.max_episode_steps
+        return self._observe(), reward, terminated, truncated, {"success": success}
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    # -------------------------------------------------------------------------- privileged accessors
+
+    def sim_state(self) -> dict[str, Any]:
+        """Privileged state for scripted experts and the simulated human (never for policies)."""
+        d = self.data
+        xmat = d.site_xmat[self._tcp_id]
+        s: dict[str, Any] = {
+            "tcp": d.site_xpos[self._tcp_id].copy(),
+            "target": self._target.copy(),
+            "ee_yaw": float(np.arctan2(xmat[3], xmat[0])),
+            "gripper_gap": float(d.qpos[self._finger_qadr].sum()),
+            "gripper_closed_cmd": bool(d.ctrl[0] < 0.5 * FINGER_OPEN),
+            "object_pos": d.xpos[self._obj_body].copy(),
+            "object_yaw": self._object_yaw(),
+            "grasped": self._grasped(),
+            "success": self._success(),
+            "max_step": self.cfg.max_step,
+            "max_yaw_step": self.cfg.max_yaw_step,
+            "yaw_control": self.cfg.yaw,
+        }
+        if self._peg:
+            s["peg_bottom"] = d.site_xpos[self._peg_bottom_id].copy()
+            s["hole_top"] = d.site_xpos[self._hole_top_id].copy()
+        return s
+
+    # ---------------------------------------------------------------------------------------- internals
+
+    def _make_layout(self) -> dict[str, slice]:
+        parts: list[tuple[str, int]] = [("tcp_pos", 3)]
+        if self.cfg.yaw:
+            parts.append(("ee_yaw_sin_cos", 2))
+        parts += [("gripper_opening", 1), ("tcp_vel", 3)]
+        if self.cfg.obs != "pixels":
+            if self._peg:
+                parts += [("peg_bottom", 3), ("hole_top", 3), ("hole_minus_peg_bottom", 3)]
+            else:
+                parts += [("cube_pos", 3), ("cube_minus_tcp", 3)]
+                if self.cfg.yaw:
+                    parts.append(("cube_yaw4_sin_cos", 2))
+        layout, i = {}, 0
+        for name, n in parts:
+            layout[name] = slice(i, i + n)
+            i += n
+        return layout
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        d = self.data
+        tcp = d.site_xpos[self._tcp_id]
+        parts = [tcp]
+        if self.cfg.yaw:
+            xmat = d.site_xmat[self._tcp_id]
+            parts.append(np.array([xmat[3], xmat[0]]))
+        parts.append(np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]))
+        parts.append((tcp - self._prev_tcp) / self.control_dt)
+        if self.cfg.obs != "pixels":
+            if self._peg:
+                pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
+                parts += [pb, ht, ht - pb]
+            else:
+                cube = d.xpos[self._obj_body]
+                parts += [cube, cube - tcp]
+                if self.cfg.yaw:
+                    y4 = 4.0 * self._object_yaw()
+                    parts.append(np.array([np.sin(y4), np.cos(y4)]))
+        obs = {"state": np.concatenate(parts).astype(np.float32)}
+        if self._renderer is not None:
+            obs.update(self._renderer.render(d))
+        return obs
+
+    def _object_yaw(self) -> float:
+        w, x, y, z = self.data.xquat[self._obj_body]
+        return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+
+    def _grasped(self) -> bool:
+        """Geometric grasp test: cheaper than scanning contacts and good enough for rewards/experts."""
+        d = self.data
+        rel = d.xpos[self._obj_body] - d.site_xpos[self._tcp_id]
+        gap = d.qpos[self._finger_qadr].sum()
+        if self._peg:
+            return bool(abs(rel[0]) < 0.015 and abs(rel[1]) < 0.015 and -0.045 < rel[2] < 0.02 and gap < 0.03)
+        return bool(
+            d.ctrl[0] < 0.5 * FINGER_OPEN
+            and 2 * CUBE_HALF - 0.006 < gap < 2 * CUBE_HALF + 0.006
+            and abs(rel[0]) < 0.02
+            and abs(rel[1]) < 0.02
+            and abs(rel[2]) < 0.03
+        )
+
+    def _success(self) -> bool:
+        d = self.data
+        if self._peg:
+            pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
+            lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
+            return bool(ht[2] - pb[2] >= INSERT_DEPTH and lateral < HOLE_HALF)
+        return bool(d.xpos[self._obj_body, 2] >= CUBE_HALF + LIFT_HEIGHT and self._grasped())
+
+    def _dense_reward(self) -> float:
+        d = self.data
+        if self._peg:
+            pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
+            reach = 1.0 - np.tanh(10.0 * np.linalg.norm(ht - pb))
+            lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
+            depth = np.clip((ht[2] - pb[2]) / INSERT_DEPTH, 0.0, 1.0) if lateral < HOLE_HALF else 0.0
+            return float(0.5 * (reach + depth))
+        cube = d.xpos[self._obj_body]
+        reach = 1.0 - np.tanh(10.0 * np.linalg.norm(cube - d.site_xpos[self._tcp_id]))
+        grasped = float(self._grasped())
+        lift = grasped * np.clip((cube[2] - CUBE_HALF) / LIFT_HEIGHT, 0.0, 1.0)
+        return float((reach + grasped + lift) / 3.0)
+
+    def _solve_ik(self, pos: np.ndarray, yaw: float, q0: np.ndarray) -> np.ndarray:
+        """Damped least-squares IK for the TCP; used at reset so episodes start at rest on the target."""
+        m, d = self.model, self.data
+        d.qpos[ARM_DOFS] = q0
+        quat_des = down_quat(yaw)
+        jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+        quat, neg, err_q, err_w = np.zeros(4), np.zeros(4), np.zeros(4), np.zeros(3)
+        for _ in range(50):
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_comPos(m, d)
+            mujoco.mju_mat2Quat(quat, d.site_xmat[self._tcp_id])
+            mujoco.mju_negQuat(neg, quat)
+            mujoco.mju_mulQuat(err_q, quat_des, neg)
+            mujoco.mju_quat2Vel(err_w, err_q, 1.0)
+            err = np.concatenate([pos - d.site_xpos[self._tcp_id], err_w])
+            if np.linalg.norm(err) < 1e-6:
+                break
+            mujoco.mj_jacSite(m, d, jacp, jacr, self._tcp_id)
+            jac = np.concatenate([jacp, jacr])[:, ARM_DOFS]
+            d.qpos[ARM_DOFS] += jac.T @ np.linalg.solve(jac @ jac.T + 1e-4 * np.eye(6), err)
+        return d.qpos[ARM_DOFS].copy()
+
+
+def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
+    """Build an env; with a seed, its first reset and its action space are seeded."""
+    env = PandaEnv(cfg)
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    return env

@@ -1,0 +1,85 @@
+"""Domain randomisation applied at reset. Everything except the object pose is off by default.
+
+Each range is a multiplicative (lo, hi) scale or a symmetric +-amplitude; (1.0, 1.0) / 0.0 means off.
+Values are always re-sampled from the nominal model, so randomisation never drifts across resets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+
+@dataclass
+class RandomizationConfig:
+    # Task randomness: object start position offset (+-x, +-y metres) around the task's nominal spot.
+    object_xy_range: tuple[float, float] = (0.08, 0.08)
+    # Object start yaw +-range (rad); only used when the env has yaw control (otherwise yaw is 0).
+    object_yaw_range: float = 0.785
+    # Gripper start position jitter (+- metres per axis).
+    ee_start_jitter: float = 0.01
+    friction_scale: tuple[float, float] = (1.0, 1.0)
+    mass_scale: tuple[float, float] = (1.0, 1.0)
+    damping_scale: tuple[float, float] = (1.0, 1.0)
+    camera_pos_jitter: float = 0.0  # metres
+    camera_rot_jitter: float = 0.0  # radians, about a random axis
+    color_jitter: float = 0.0  # +- on each RGB channel of the object and the table
+    action_latency: int = 0  # control steps between a commanded action and its execution
+
+
+def _active(scale_range: tuple[float, float]) -> bool:
+    # Compare by value: OmegaConf hands tuples back as lists.
+    return scale_range[0] != 1.0 or scale_range[1] != 1.0
+
+
+class DomainRandomizer:
+    """Holds the nominal model values and writes a fresh sample into the model at each reset."""
+
+    def __init__(
+        self,
+        cfg: RandomizationConfig,
+        model: mujoco.MjModel,
+        object_bodies: tuple[str, ...],
+        colored_geoms: tuple[str, ...],
+        arm_dofs: slice,
+    ) -> None:
+        self.cfg = cfg
+        self.model = model
+        self._bodies = np.array([model.body(b).id for b in object_bodies], dtype=int)
+        self._geoms = np.array([model.geom(g).id for g in colored_geoms], dtype=int)
+        self._arm_dofs = arm_dofs
+        self._friction = model.geom_friction.copy()
+        self._mass = model.body_mass.copy()
+        self._inertia = model.body_inertia.copy()
+        self._damping = model.dof_damping.copy()
+        self._cam_pos = model.cam_pos.copy()
+        self._cam_quat = model.cam_quat.copy()
+        self._rgba = model.geom_rgba.copy()
+
+    def apply(self, rng: np.random.Generator) -> None:
+        cfg, m = self.cfg, self.model
+        if _active(cfg.friction_scale):
+            m.geom_friction[:, 0] = self._friction[:, 0] * rng.uniform(*cfg.friction_scale)
+        if _active(cfg.mass_scale):
+            s = rng.uniform(*cfg.mass_scale, size=len(self._bodies))
+            m.body_mass[self._bodies] = self._mass[self._bodies] * s
+            m.body_inertia[self._bodies] = self._inertia[self._bodies] * s[:, None]
+        if _active(cfg.damping_scale):
+            dofs = self._damping[self._arm_dofs]
+            m.dof_damping[self._arm_dofs] = dofs * rng.uniform(*cfg.damping_scale, size=dofs.shape)
+        if cfg.camera_pos_jitter > 0.0:
+            noise = rng.uniform(-cfg.camera_pos_jitter, cfg.camera_pos_jitter, size=self._cam_pos.shape)
+            m.cam_pos[:] = self._cam_pos + noise
+        if cfg.camera_rot_jitter > 0.0:
+            for i in range(m.ncam):
+                axis = rng.normal(size=3)
+                dq = np.zeros(4)
+                mujoco.mju_axisAngle2Quat(
+                    dq, axis / np.linalg.norm(axis), rng.uniform(-cfg.camera_rot_jitter, cfg.camera_rot_jitter)
+                )
+                mujoco.mju_mulQuat(m.cam_quat[i], dq, self._cam_quat[i])
+        if cfg.color_jitter > 0.0:
+            noise = rng.uniform(-cfg.color_jitter, cfg.color_jitter, size=(len(self._geoms), 3))
+            m.geom_rgba[self._geoms, :3] = np.clip(self._rgba[self._geoms, :3] + noise, 0.0, 1.0)
