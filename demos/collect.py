@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 import gymnasium as gym
 import numpy as np
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.teleop import TeleopDevice, to_action
 from tqdm import tqdm
 
 from robot_rl.types import Transition
@@ -84,3 +88,305 @@ def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Ite
             truncated=bool(ep["truncated"][t]) or t == n - 1,
             intervened=bool(ep["intervened"][t]),
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Device-driven collection (`robot-rl collect`)
+
+TASK_INSTRUCTIONS = {
+    "PickCube": "pick up the cube and lift it",
+    "PegInsert": "insert the peg into the hole",
+}
+# Policy acting in an env: obs -> action.
+Policy = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+@dataclass
+class CollectConfig:
+    """What to collect and from which env backend; `backend` is the switch a real arm will plug into."""
+
+    task: str = "PickCube"
+    backend: str = "sim"
+    obs: str = "both"
+    cameras: tuple[str, ...] = ("front", "wrist")
+    image_size: int = 64
+    max_episode_steps: int = 0
+    instruction: str = ""
+    success_only: bool = False
+    seed: int = 0
+    hz: float = 0.0  # pace the loop (human devices); 0 = as fast as possible
+    max_attempts_factor: int = 3
+
+
+def _make_sim_env(cfg: CollectConfig) -> gym.Env:
+    from robot_rl.sim.envs import EnvConfig, make_env
+
+    return make_env(
+        EnvConfig(
+            task=cfg.task,
+            obs=cfg.obs,
+            cameras=tuple(cfg.cameras),
+            image_size=cfg.image_size,
+            max_episode_steps=cfg.max_episode_steps,
+        )
+    )
+
+
+# backend name -> env factory.  A backend's env follows the gym API with dict obs ("state" + uint8 camera
+# frames) and info["success"]; it may add info["camera_timestamps"] ({camera: seconds}) for real sensors.
+ENV_BACKENDS: dict[str, Callable[[CollectConfig], gym.Env]] = {"sim": _make_sim_env}
+
+
+def make_collect_env(cfg: CollectConfig) -> gym.Env:
+    if cfg.backend not in ENV_BACKENDS:
+        raise ValueError(f"unknown env backend {cfg.backend!r}; expected one of {sorted(ENV_BACKENDS)}")
+    return ENV_BACKENDS[cfg.backend](cfg)
+
+
+@dataclass
+class Episode:
+    """One recorded episode and the operator's verdict: "keep" or "rerecord" (same seed again)."""
+
+    data: dict[str, np.ndarray]
+    final: dict[str, np.ndarray]
+    meta: dict[str, Any]
+    verdict: str = "keep"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.data.values()) + sum(v.nbytes for v in self.final.values())
+
+
+def _camera_keys(obs: dict[str, np.ndarray]) -> list[str]:
+    return [k for k, v in obs.items() if v.dtype == np.uint8 and v.ndim == 3]
+
+
+def run_episode(
+    env: gym.Env,
+    device: TeleopDevice,
+    seed: int,
+    *,
+    task: str,
+    instruction: str = "",
+    policy: Policy | None = None,
+    policy_version: str | None = None,
+    hz: float = 0.0,
+) -> Episode:
+    """One episode driven by `device` (or by `policy`, with the device's intervene toggle taking over).
+
+    Episode buttons end it early: "success"/"failure" label it (overriding the env's success flag),
+    "rerecord" marks it for the same seed again.
+    """
+    device.reset()
+    action_dim = int(env.action_space.shape[0])
+    obs, info = env.reset(seed=seed)
+    t0 = time.monotonic()
+    steps: dict[str, list] = {}
+    cams = _camera_keys(obs)
+    cam_ts = _camera_times(info, cams, 0.0)
+    ret, done, verdict, label = 0.0, False, "keep", None
+    success = bool(info.get("success", False))
+    while not done:
+        tick = time.monotonic()
+        stamp = tick - t0
+        cmd = device.poll(env)
+        if policy is not None and not cmd.intervene:
+            action, intervened = np.asarray(policy(obs), np.float32), False
+        else:
+            action, intervened = to_action(cmd, action_dim), policy is not None
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        success = bool(info.get("success", False))
+        row = {
+            **obs,
+            "action": action,
+            "reward": np.float32(reward),
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "intervened": intervened,
+            "success": success,
+            "timestamp": np.float64(stamp),
+            **{f"{c}_timestamp": np.float64(cam_ts[c]) for c in cams},
+        }
+        for k, v in row.items():
+            steps.setdefault(k, []).append(v)
+        ret += float(reward)
+        obs = next_obs
+        cam_ts = _camera_times(info, cams, time.monotonic() - t0)
+        done = terminated or truncated
+        for event in ("rerecord", "failure", "success"):
+            if event in cmd.events:
+                done, label = True, event
+                verdict = "rerecord" if event == "rerecord" else verdict
+                break
+        if hz > 0 and not done:
+            time.sleep(max(0.0, 1.0 / hz - (time.monotonic() - tick)))
+    data = {k: np.stack([np.asarray(x) for x in v]) for k, v in steps.items()}
+    n_interv = int(data["intervened"].sum())
+    if policy is None:
+        source = device.source
+    else:
+        source = "intervention" if n_interv else "policy"
+    if label in ("success", "failure"):
+        success = label == "success"
+    meta = {
+        "success": success,
+        "success_label": "operator" if label in ("success", "failure") else "env",
+        "return": ret,
+        "length": len(data["action"]),
+        "seed": seed,
+        "source": source,
+        "task": task,
+        "instruction": instruction,
+        "device": device.name,
+        "intervened_steps": n_interv,
+        "policy_version": policy_version if policy is not None else None,
+        "cameras": cams,
+        "wall_time": time.time(),
+    }
+    return Episode(data, dict(obs), meta, verdict)
+
+
+def _camera_times(info: dict[str, Any], cams: list[str], default: float) -> dict[str, float]:
+    given = info.get("camera_timestamps") or {}
+    return {c: float(given.get(c, default)) for c in cams}
+
+
+@dataclass
+class CollectStats:
+    kept: int = 0
+    attempts: int = 0
+    successes: int = 0
+    discarded: int = 0
+    steps: int = 0
+    bytes_written: int = 0
+    write_s: float = 0.0
+    elapsed_s: float = 0.0
+
+    def line(self, target: int) -> str:
+        sps = self.steps / max(self.elapsed_s, 1e-9)
+        mbs = self.bytes_written / 1e6 / max(self.write_s, 1e-9)
+        return (
+            f"episodes {self.kept}/{target}  successes {self.successes}  attempts {self.attempts}  "
+            f"discarded {self.discarded}  {sps:.0f} steps/s  write {mbs:.1f} MB/s"
+        )
+
+
+def collect_to_store(
+    cfg: CollectConfig,
+    device: TeleopDevice,
+    store: EpisodeStore,
+    n_episodes: int,
+    *,
+    env: gym.Env | None = None,
+    policy: Policy | None = None,
+    policy_version: str | None = None,
+    progress: TextIO | None = None,
+) -> CollectStats:
+    """Fill `store` up to `n_episodes` episodes (episodes already there count: this is how resume works).
+
+    Seeds continue after the largest seed already stored, so a resumed run never repeats an episode.
+    Each kept episode is committed on its own, so a crash loses at most the episode in flight.
+    """
+    own_env = env is None
+    env = make_collect_env(cfg) if env is None else env
+    instruction = cfg.instruction or TASK_INSTRUCTIONS.get(cfg.task, cfg.task)
+    seeds = [store.meta(i).get("seed") for i in range(len(store))]
+    seed = max([cfg.seed - 1, *(s for s in seeds if isinstance(s, int))]) + 1
+    stats = CollectStats(kept=len(store), successes=sum(bool(store.meta(i).get("success")) for i in range(len(store))))
+    budget = cfg.max_attempts_factor * max(0, n_episodes - len(store))
+    start = time.monotonic()
+    try:
+        while stats.kept < n_episodes:
+            if stats.attempts >= budget:
+                raise RuntimeError(f"only {stats.kept}/{n_episodes} episodes kept after {stats.attempts} attempts")
+            ep = run_episode(
+                env,
+                device,
+                seed,
+                task=cfg.task,
+                instruction=instruction,
+                policy=policy,
+                policy_version=policy_version,
+                hz=cfg.hz,
+            )
+            stats.attempts += 1
+            stats.steps += ep.meta["length"]
+            if ep.verdict == "rerecord":
+                stats.discarded += 1
+                continue  # same seed again
+            seed += 1
+            if cfg.success_only and not ep.meta["success"]:
+                stats.discarded += 1
+                continue
+            t = time.monotonic()
+            store.add_episode(ep.data, meta=ep.meta, final=ep.final)
+            stats.write_s += time.monotonic() - t
+            stats.bytes_written += ep.nbytes
+            stats.kept += 1
+            stats.successes += int(ep.meta["success"])
+            stats.elapsed_s = time.monotonic() - start
+            if progress is not None:
+                progress.write("\r" + stats.line(n_episodes))
+                progress.flush()
+    finally:
+        stats.elapsed_s = time.monotonic() - start
+        if progress is not None:
+            progress.write("\n")
+        if own_env:
+            env.close()
+    return stats
+
+
+def main(argv: list[str]) -> int:
+    """`robot-rl collect`: device-driven episodes into a store, resumable after a crash or Ctrl-C."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    from robot_rl.demos.teleop import DEVICES, make_device
+
+    p = argparse.ArgumentParser(prog="robot-rl collect", description=main.__doc__)
+    p.add_argument("store", type=Path)
+    p.add_argument("--task", default="PickCube")
+    p.add_argument("--episodes", "-n", type=int, required=True, help="target number of episodes in the store")
+    p.add_argument("--device", choices=DEVICES, default="scripted")
+    p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS))
+    p.add_argument("--obs", default="both", choices=("state", "pixels", "both"))
+    p.add_argument("--cameras", default="front,wrist")
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--max-steps", type=int, default=0, help="episode step limit (0: task default)")
+    p.add_argument("--instruction", default="", help="language instruction (default: per task)")
+    p.add_argument("--success-only", action="store_true", help="discard episodes that did not succeed")
+    p.add_argument("--resume", action="store_true", help="append to an existing store")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
+    p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
+    p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
+    ns = p.parse_args(argv)
+    cfg = CollectConfig(
+        task=ns.task,
+        backend=ns.backend,
+        obs=ns.obs,
+        cameras=tuple(c for c in ns.cameras.split(",") if c),
+        image_size=ns.image_size,
+        max_episode_steps=ns.max_steps,
+        instruction=ns.instruction,
+        success_only=ns.success_only,
+        seed=ns.seed,
+        hz=ns.hz if ns.hz is not None else (0.0 if ns.device == "scripted" else 10.0),
+    )
+    if (ns.store / "commit.json").exists() and not ns.resume:
+        print(f"{ns.store} already exists; pass --resume to add to it", file=sys.stderr)
+        return 2
+    device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)
+    try:
+        with EpisodeStore(ns.store, "a", fsync=not ns.no_fsync) as store:
+            stats = collect_to_store(cfg, device, store, ns.episodes, progress=sys.stderr)
+    finally:
+        device.close()
+    mb = stats.bytes_written / 1e6
+    print(
+        f"collected {stats.kept} episodes in {ns.store} ({stats.steps} steps, {mb:.1f} MB raw, "
+        f"{stats.bytes_written / 1e6 / max(stats.write_s, 1e-9):.1f} MB/s write)"
+    )
+    return 0

@@ -88,7 +88,45 @@ def cmd_report(args: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "report": cmd_report}
+def cmd_collect(args: list[str]) -> int:
+    from robot_rl.demos.collect import main as collect_main
+
+    return collect_main(args)
+
+
+def cmd_dataset(args: list[str]) -> int:
+    from robot_rl.demos.dataset import main as dataset_main
+
+    return dataset_main(args)
+
+
+def cmd_replay(args: list[str]) -> int:
+    from robot_rl.demos.replay import main as replay_main
+
+    return replay_main(args)
+
+
+def cmd_plot(args: list[str]) -> int:
+    from robot_rl.demos.report import main as plot_main
+
+    return plot_main(args)
+
+
+def cmd_convert(args: list[str]) -> int:
+    from robot_rl.demos.interop.cli import main as convert_main
+
+    return convert_main(args)
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "report": cmd_report,
+    "collect": cmd_collect,
+    "dataset": cmd_dataset,
+    "replay": cmd_replay,
+    "plot": cmd_plot,
+    "convert": cmd_convert,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "usage: robot-rl {" + "|".join(COMMANDS) + "} [args]\n"
             "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
-            "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs"
+            "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
+            "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
+            "  dataset info|validate|merge|split|filter   episode store tools\n"
+            "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
+            "  plot episode|training|report   PNG plots and the HTML dataset report\n"
+            "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop"
         )
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:

@@ -39,6 +39,7 @@ class LoopConfig:
     eval_episodes: int = 20
     final_eval_episodes: int = 50
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables)
+    max_minutes: float = 0.0  # wall-clock budget for this run, resumes included (0 = none)
     checkpoint_every: int = 2000  # env steps; 0 => only at the end
     buffer_capacity: int = 200_000
     log_every: int = 100  # env steps between tensorboard scalar writes

@@ -187,7 +187,12 @@ def train(cfg: TrainConfig) -> Path:
     wall_before = state.wall_clock_s
     last_eval = float("nan")
     bar = tqdm(total=cfg.loop.env_steps, initial=learner.env_steps, desc="train", unit="step", mininterval=2.0)
-    while learner.env_steps < cfg.loop.env_steps:
+
+    def out_of_time() -> bool:
+        elapsed = wall_before + time.perf_counter() - session_start
+        return cfg.loop.max_minutes > 0 and elapsed >= 60.0 * cfg.loop.max_minutes
+
+    while learner.env_steps < cfg.loop.env_steps and not out_of_time():
         human.set_progress(learner.env_steps)
         learner.add(actor.step())
         learner.train_to_rate_limit()

@@ -55,8 +55,8 @@ def test_actor_update_leaves_critic_untouched() -> None:
 
 def test_pixels_encoder_is_trained_by_critic_only() -> None:
     cfg = SACConfig(hidden=(16,), image_feature_dim=8)
-    sac = SAC(cfg, state_dim=2, act_dim=2, cameras=("front",), image_size=16)
-    obs = {"state": torch.zeros(4, 2), "front": torch.randint(0, 255, (4, 16, 16, 3), dtype=torch.uint8)}
+    sac = SAC(cfg, state_dim=2, act_dim=2, cameras=("front",), image_size=32)
+    obs = {"state": torch.zeros(4, 2), "front": torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8)}
     b = Batch(
         obs=obs,
         action=torch.zeros(4, 2),

@@ -1,0 +1,73 @@
+"""`robot-rl convert lerobot-export|lerobot-import|rosbag|legacy-zarr`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from robot_rl.demos.store import SOURCES
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="robot-rl convert", description="convert between episode stores and other formats")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("lerobot-export", help="store -> LeRobot v3.0 dataset directory")
+    s.add_argument("store", type=Path)
+    s.add_argument("out", type=Path)
+    s.add_argument("--fps", type=float, default=10.0)
+    s = sub.add_parser("lerobot-import", help="LeRobot v3.0 dataset directory -> new store")
+    s.add_argument("root", type=Path)
+    s.add_argument("out", type=Path)
+    s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
+    s = sub.add_parser("rosbag", help="ROS 2 bags (sqlite3 or MCAP) -> store")
+    s.add_argument("bags", type=Path, nargs="+")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC=KEY[:FIELD]",
+        help="e.g. /joint_states=state:position, /camera/image_raw=front",
+    )
+    s.add_argument("--reference", help="topic whose messages are the ticks (default: first --topic)")
+    s.add_argument("--episode-gap", type=float, default=1.0)
+    s.add_argument("--max-age", type=float, default=0.5)
+    s.add_argument("--task", default="")
+    s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
+    s = sub.add_parser("legacy-zarr", help="diffusion_policy/robomimic zarr v2 replay buffer -> store")
+    s.add_argument("src", type=Path)
+    s.add_argument("out", type=Path)
+    s.add_argument("--task", default="")
+    s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
+    ns = p.parse_args(argv)
+    if ns.cmd == "lerobot-export":
+        from robot_rl.demos.interop.lerobot import export_lerobot
+
+        result: object = export_lerobot(ns.store, ns.out, fps=ns.fps)
+    elif ns.cmd == "lerobot-import":
+        from robot_rl.demos.interop.lerobot import import_lerobot
+
+        result = {"episodes": import_lerobot(ns.root, ns.out, source=ns.source)}
+    elif ns.cmd == "rosbag":
+        from robot_rl.demos.interop.rosbag import import_rosbag
+
+        topics = dict(t.split("=", 1) for t in ns.topic)
+        result = {
+            "episodes": import_rosbag(
+                ns.bags,
+                ns.out,
+                topics,
+                reference=ns.reference,
+                episode_gap_s=ns.episode_gap,
+                max_age_s=ns.max_age,
+                source=ns.source,
+                task=ns.task,
+            )
+        }
+    else:
+        from robot_rl.demos.interop.legacy_zarr import import_legacy_zarr
+
+        result = {"episodes": import_legacy_zarr(ns.src, ns.out, source=ns.source, task=ns.task)}
+    print(json.dumps(result, indent=1))
+    return 0

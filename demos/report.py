@@ -1,0 +1,203 @@
+"""Plots (matplotlib Agg -> PNG) and a static HTML report for a dataset; no server, opens from disk."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+import numpy as np  # noqa: E402
+from robot_rl.demos.dataset import info  # noqa: E402
+from robot_rl.demos.replay import camera_keys, compose_frames, write_video  # noqa: E402
+from robot_rl.demos.store import EpisodeStore  # noqa: E402
+
+__all__ = ["plot_episode", "plot_training", "plot_dataset", "html_report", "main"]
+
+
+def _shade(ax: Any, flags: np.ndarray) -> None:
+    for t in np.flatnonzero(flags):
+        ax.axvspan(t - 0.5, t + 0.5, color="tab:red", alpha=0.12, lw=0)
+
+
+def plot_episode(ep: dict[str, np.ndarray], out: str | os.PathLike[str], title: str = "") -> Path:
+    """Action and proprio/state traces over time; intervened steps shaded red."""
+    keys = [k for k in ("action", "state") if k in ep]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(8, 2.6 * len(keys)), sharex=True, squeeze=False)
+    for ax, k in zip(axes[:, 0], keys, strict=True):
+        x = ep[k].reshape(len(ep[k]), -1)
+        for j in range(x.shape[1]):
+            ax.plot(x[:, j], lw=1, label=f"{k}[{j}]")
+        if "intervened" in ep:
+            _shade(ax, ep["intervened"])
+        ax.set_ylabel(k)
+        ax.legend(fontsize=6, ncol=min(6, x.shape[1]), loc="upper right")
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return Path(out)
+
+
+def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Success rate, mean return and intervention rate vs env steps from a run's summary.json."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    evals = summary.get("evals") or []
+    if not evals:
+        raise ValueError(f"{run_dir}/summary.json has no evals to plot")
+    steps = [e["env_steps"] for e in evals]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    axes[0].plot(steps, [e["success_rate"] for e in evals], marker="o")
+    axes[0].set_ylim(-0.05, 1.05)
+    axes[0].set_title("eval success rate")
+    axes[1].plot(steps, [e["mean_return"] for e in evals], marker="o", color="tab:green")
+    axes[1].set_title("eval mean return")
+    if all("intervention_rate" in e for e in evals):
+        axes[2].plot(steps, [e["intervention_rate"] for e in evals], marker="o", color="tab:red")
+    else:  # only the run-wide rate is recorded
+        axes[2].axhline(summary.get("intervention_rate", float("nan")), color="tab:red")
+    axes[2].set_ylim(-0.05, 1.05)
+    axes[2].set_title("intervention rate")
+    for ax in axes:
+        ax.set_xlabel("env steps")
+    fig.suptitle(f"{summary.get('task', '')} {summary.get('obs', '')} seed {summary.get('seed', '')}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return Path(out)
+
+
+def plot_dataset(metas: list[dict[str, Any]], out: str | os.PathLike[str]) -> Path:
+    """Per-episode length, cumulative success rate and intervention rate across the dataset."""
+    n = np.arange(len(metas))
+    lengths = np.array([m.get("length", 0) for m in metas], float)
+    succ = np.array([bool(m.get("success")) for m in metas], float)
+    interv = np.array([m.get("intervened_steps", 0) for m in metas], float) / np.maximum(lengths, 1)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.0))
+    axes[0].bar(n, lengths)
+    axes[0].set_title("episode length")
+    axes[1].plot(n, np.cumsum(succ) / (n + 1), marker=".")
+    axes[1].set_ylim(-0.05, 1.05)
+    axes[1].set_title("cumulative success rate")
+    axes[2].bar(n, interv, color="tab:red")
+    axes[2].set_ylim(0, 1.05)
+    axes[2].set_title("intervention rate")
+    for ax in axes:
+        ax.set_xlabel("episode")
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return Path(out)
+
+
+def html_report(store: str | os.PathLike[str], out_dir: str | os.PathLike[str], episode: int = 0) -> Path:
+    """out_dir/index.html with a summary table, per-episode table, plots and one episode as WebM video."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = info(store)
+    with EpisodeStore(store, "r") as st:
+        metas = [st.meta(i) for i in range(len(st))]
+        ep = st.episode(episode) if len(st) else {}
+    plot_dataset(metas, out_dir / "dataset.png")
+    parts = [
+        f"<h1>Dataset {html.escape(str(store))}</h1>",
+        "<h2>Summary</h2>",
+        _table(
+            ["property", "value"],
+            [
+                [k, summary[k]]
+                for k in (
+                    "n_episodes",
+                    "n_steps",
+                    "success_rate",
+                    "sources",
+                    "tasks",
+                    "length",
+                    "disk_bytes",
+                    "raw_bytes",
+                    "compression_ratio",
+                )
+            ],
+        ),
+    ]
+    parts += [
+        "<h2>Keys</h2>",
+        _table(["key", "dtype", "shape"], [[k, v["dtype"], v["shape"]] for k, v in summary["keys"].items()]),
+    ]
+    parts += ['<h2>Episodes</h2><img src="dataset.png" alt="dataset plots">']
+    if ep:
+        plot_episode(ep, out_dir / "episode.png", f"episode {episode}")
+        parts += [f"<h2>Episode {episode}</h2>", '<img src="episode.png" alt="episode traces">']
+        if camera_keys(ep):
+            write_video(compose_frames(ep), out_dir / "episode.webm")
+            parts.append('<video src="episode.webm" controls loop muted></video>')
+    parts += [
+        _table(
+            ["episode", "length", "success", "source", "return", "intervened", "instruction"],
+            [
+                [
+                    i,
+                    m.get("length"),
+                    m.get("success"),
+                    m.get("source"),
+                    _num(m.get("return")),
+                    m.get("intervened_steps"),
+                    m.get("instruction", ""),
+                ]
+                for i, m in enumerate(metas)
+            ],
+        )
+    ]
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>dataset report</title><style>"
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0}"
+        "td,th{border:1px solid #bbb;padding:2px 8px;font-size:13px}img,video{max-width:100%}"
+        "</style></head><body>" + "\n".join(parts) + "</body></html>"
+    )
+    index = out_dir / "index.html"
+    index.write_text(page)
+    return index
+
+
+def _num(x: Any) -> Any:
+    return round(x, 3) if isinstance(x, float) else x
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(_num(c)))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def main(argv: list[str]) -> int:
+    """`robot-rl plot episode|training|report`."""
+    p = argparse.ArgumentParser(prog="robot-rl plot", description="PNG plots and a static HTML dataset report")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("episode", help="action and proprio traces of one episode")
+    s.add_argument("store", type=Path)
+    s.add_argument("--episode", type=int, default=0)
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("training", help="return / success / intervention rate over training")
+    s.add_argument("run_dir", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("report", help="static HTML report of a dataset")
+    s.add_argument("store", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--episode", type=int, default=0)
+    ns = p.parse_args(argv)
+    if ns.cmd == "episode":
+        with EpisodeStore(ns.store, "r") as st:
+            path = plot_episode(st.episode(ns.episode), ns.out, f"episode {ns.episode}")
+    elif ns.cmd == "training":
+        path = plot_training(ns.run_dir, ns.out)
+    else:
+        path = html_report(ns.store, ns.out, ns.episode)
+    print(path)
+    return 0

@@ -1,0 +1,37 @@
+"""Teleop devices behind one interface; `make_device` builds one by name (hardware imports stay lazy)."""
+
+from __future__ import annotations
+
+from robot_rl.demos.teleop.base import EVENTS, DeviceCommand, PacketError, TeleopDevice, to_action
+from robot_rl.demos.teleop.scripted import ScriptedDevice
+
+DEVICES = ("scripted", "spacemouse", "gamepad", "keyboard")
+
+__all__ = [
+    "DEVICES",
+    "EVENTS",
+    "DeviceCommand",
+    "PacketError",
+    "ScriptedDevice",
+    "TeleopDevice",
+    "make_device",
+    "to_action",
+]
+
+
+def make_device(name: str, seed: int | None = None, noise_std: float = 0.0) -> TeleopDevice:
+    if name == "scripted":
+        return ScriptedDevice(noise_std=noise_std, seed=seed)
+    if name == "spacemouse":
+        from robot_rl.demos.teleop.spacemouse import open_spacemouse
+
+        return open_spacemouse()
+    if name == "gamepad":
+        from robot_rl.demos.teleop.gamepad import open_gamepad
+
+        return open_gamepad()
+    if name == "keyboard":
+        from robot_rl.demos.teleop.keyboard import open_terminal_keyboard
+
+        return open_terminal_keyboard()
+    raise ValueError(f"unknown device {name!r}; expected one of {DEVICES}")

@@ -1,0 +1,131 @@
+"""The transport interface every backend implements: typed publish/subscribe over ROS 2 topic names.
+
+Backends only move opaque CDR bytes; encoding, size limits and the drop-with-a-reason policy live here so
+that rclpy, DDS and in-process behave identically.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from robot_rl.transport import typesys
+
+log = logging.getLogger("robot_rl.transport")
+
+
+class BackpressureTimeout(TimeoutError):
+    """A lossless topic's subscribers did not drain in time; the caller decides whether to retry or stop."""
+
+
+@dataclass(frozen=True)
+class TopicQos:
+    """The subset of DDS QoS we use. `depth=None` is keep-all: reliable + keep-all makes the writer block
+    (up to `max_blocking_s`) instead of dropping, with `max_samples` bounding the queue on both ends."""
+
+    reliable: bool = True
+    transient_local: bool = False
+    depth: int | None = 10
+    max_samples: int = 64
+    max_blocking_s: float = 10.0
+
+
+ROS_DEFAULT_QOS = TopicQos()  # rmw_qos_profile_default
+LATCHED_QOS = TopicQos(transient_local=True, depth=1)
+
+
+@dataclass
+class TransportConfig:
+    """Where and how a process joins the robot_rl graph.
+
+    backend: "auto" picks rclpy when it imports (robot PCs), else the pip-only DDS backend.
+    distro: which ROS 2 definitions/type hashes to speak ("jazzy" or "humble").
+    max_message_bytes: larger incoming messages are dropped before decoding.
+    dds_config: cyclonedds XML (or file URL) for this domain; None uses CYCLONEDDS_URI / defaults.
+    """
+
+    backend: str = "auto"
+    domain_id: int = 0
+    namespace: str = "/robot_rl"
+    node_name: str = "robot_rl"
+    distro: str = "jazzy"
+    task: str = "default"
+    max_message_bytes: int = 64 * 2**20
+    dds_config: str | None = None
+
+    def resolve(self, topic: str) -> str:
+        """Relative topic names live under the namespace, like rclpy resolves them in a namespaced node."""
+        if topic.startswith("/"):
+            return topic
+        return f"{self.namespace.rstrip('/')}/{topic}"
+
+
+class Publisher(ABC):
+    def __init__(self, topic: str, ros_type: str, distro: str) -> None:
+        self.topic, self.ros_type, self.distro = topic, ros_type, distro
+
+    def publish(self, msg: Any) -> None:
+        self.publish_raw(typesys.serialize(msg, self.ros_type, self.distro))
+
+    @abstractmethod
+    def publish_raw(self, data: bytes) -> None:
+        """Send already-encoded CDR (encapsulation header included)."""
+
+    @abstractmethod
+    def matched(self) -> int:
+        """Number of subscriptions currently matched; lets callers wait for discovery."""
+
+
+class Subscription(ABC):
+    def __init__(self, topic: str, ros_type: str, distro: str, max_message_bytes: int) -> None:
+        self.topic, self.ros_type, self.distro = topic, ros_type, distro
+        self.max_message_bytes = max_message_bytes
+        self.dropped: Counter[str] = Counter()
+
+    def take(self, max_n: int = 256) -> list[Any]:
+        """Decoded messages, oldest first; undecodable or oversized ones are dropped and logged."""
+        out = []
+        for raw in self.take_raw(max_n):
+            if len(raw) > self.max_message_bytes:
+                self.drop("oversized", f"{len(raw)} bytes > {self.max_message_bytes}")
+                continue
+            try:
+                out.append(typesys.deserialize(raw, self.ros_type, self.distro))
+            except Exception as e:  # rosbags raises SerdeError, struct.error, ValueError, IndexError...
+                self.drop("malformed", f"{type(e).__name__}: {e}")
+        return out
+
+    def drop(self, reason: str, detail: str) -> None:
+        self.dropped[reason] += 1
+        log.warning("dropped %s on %s (%s): %s", self.ros_type, self.topic, reason, detail)
+
+    @abstractmethod
+    def take_raw(self, max_n: int = 256) -> list[bytes]:
+        """Received CDR exactly as it arrived, oldest first, without blocking."""
+
+    @abstractmethod
+    def wait(self, timeout_s: float) -> bool:
+        """Block until data may be available (True) or the timeout passes (False)."""
+
+
+class Transport(ABC):
+    def __init__(self, cfg: TransportConfig) -> None:
+        self.cfg = cfg
+
+    @abstractmethod
+    def publisher(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Publisher: ...
+
+    @abstractmethod
+    def subscription(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Subscription: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,79 @@
+"""Message types: the standard ROS 2 definitions carried by `rosbags` plus our `robot_rl_msgs`.
+
+rosbags is the single source of truth for layout, CDR (de)serialization and RIHS01 type hashes, so our
+bytes are the ones a ROS 2 node produces without us hand-writing CDR. The DDS backend only derives
+cyclonedds type descriptions from the same field definitions (for the topic's type name and for
+cyclone's validation of incoming CDR).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys.store import Typestore
+
+# Bump on any change to robot_rl_msgs or to how transitions/weights are packed into them.
+SCHEMA_VERSION = 1
+
+_OWN_PACKAGE = "robot_rl_msgs"
+_OWN_TYPES = ("ArrayField", "CameraFrames", "TransitionBatch", "WeightsAnnouncement", "WeightsChunk", "EpisodeSummary")
+
+STORES = {"jazzy": Stores.ROS2_JAZZY, "humble": Stores.ROS2_HUMBLE}
+
+
+def own_msg_definitions() -> dict[str, str]:
+    """The shipped .msg files, keyed by ROS type name; what a colcon package would be built from."""
+    root = resources.files("robot_rl.transport.msgs") / _OWN_PACKAGE / "msg"
+    return {f"{_OWN_PACKAGE}/msg/{n}": (root / f"{n}.msg").read_text() for n in _OWN_TYPES}
+
+
+@cache
+def typestore(distro: str = "jazzy") -> Typestore:
+    """The ROS distro's standard types with robot_rl_msgs registered on top."""
+    store = get_typestore(STORES[distro])
+    defs: dict[str, Any] = {}
+    for name, text in own_msg_definitions().items():
+        defs.update(get_types_from_msg(text, name))
+    store.register(defs)
+    return store
+
+
+def dds_type_name(ros_type: str) -> str:
+    """`sensor_msgs/msg/JointState` -> `sensor_msgs::msg::dds_::JointState_` (the rmw convention)."""
+    pkg, kind, name = ros_type.split("/")
+    return f"{pkg}::{kind}::dds_::{name}_"
+
+
+def ros_type_name(dds_name: str) -> str:
+    """Inverse of `dds_type_name`."""
+    pkg, kind, _, name = dds_name.split("::")
+    return f"{pkg}/{kind}/{name.removesuffix('_')}"
+
+
+def type_hash(ros_type: str, distro: str = "jazzy") -> str:
+    """RIHS01 hash as `ros2 topic info -v` reports it; Jazzy matches endpoints on it."""
+    return typestore(distro).hash_rihs01(ros_type)
+
+
+def user_data(ros_type: str, distro: str = "jazzy") -> bytes:
+    """Endpoint USER_DATA the way rmw_dds_common encodes it (`typehash=RIHS01_...;`); none before Iron."""
+    return f"typehash={type_hash(ros_type, distro)};".encode() if distro != "humble" else b""
+
+
+def serialize(msg: object, ros_type: str, distro: str = "jazzy") -> bytes:
+    """Little-endian plain CDR (XCDR1) with encapsulation header, zero-padded to 4 bytes like DDS sends it."""
+    raw = typestore(distro).serialize_cdr(msg, ros_type, little_endian=True)
+    return bytes(raw) + b"\0" * (-len(raw) % 4)
+
+
+def deserialize(raw: bytes | memoryview, ros_type: str, distro: str = "jazzy") -> Any:
+    """Raises on malformed input (rosbags' SerdeError or a struct/value error)."""
+    return typestore(distro).deserialize_cdr(raw, ros_type)
+
+
+def msg_class(ros_type: str, distro: str = "jazzy") -> Any:
+    """The rosbags dataclass for a type; construct messages with it."""
+    return typestore(distro).types[ros_type]

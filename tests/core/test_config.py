@@ -1,0 +1,40 @@
+"""A wrong key, group or type fails at start-up and says what would have been valid."""
+
+import pytest
+
+from robot_rl.cli import ConfigError, load_config, main
+
+
+def test_defaults_compose_to_typed_config() -> None:
+    cfg = load_config([])
+    assert cfg.env.task == "PickCube" and cfg.env.obs == "state"
+    assert cfg.sac.n_critics in (2, 10)  # profile picked by device
+
+
+def test_group_and_dotted_overrides() -> None:
+    cfg = load_config(["task=peg_insert", "obs=pixels", "sac.utd=3", "profile=gpu"])
+    assert cfg.env.task == "PegInsert" and cfg.env.obs == "pixels" and cfg.sac.utd == 3
+    assert cfg.sac.n_critics == 10
+
+
+def test_unknown_key_lists_close_matches() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["sac.n_critic=3"])
+    assert "did you mean sac.n_critics" in str(e.value)
+    assert "valid keys:" in str(e.value)
+
+
+def test_unknown_group_option_lists_choices() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["task=pick"])
+    assert "pick_cube" in str(e.value) and "peg_insert" in str(e.value)
+
+
+def test_wrong_type_is_rejected() -> None:
+    with pytest.raises(ConfigError):
+        load_config(["sac.utd=lots"])
+
+
+def test_cli_exit_code_on_bad_key(capsys) -> None:
+    assert main(["train", "loop.env_stepz=5"]) == 2
+    assert "loop.env_steps" in capsys.readouterr().err

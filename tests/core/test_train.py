@@ -1,0 +1,104 @@
+"""The main job end to end, tiny budgets: it learns, it resumes after SIGKILL, bad actions never reach MuJoCo."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from robot_rl.sim.envs import EnvConfig, make_env
+
+from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.cli import load_config
+from robot_rl.evaluation import evaluate
+from robot_rl.loop.actor import Actor
+from robot_rl.loop.trainer import train
+
+pytestmark = pytest.mark.slow
+
+
+def test_short_run_beats_untrained_policy(tmp_path: Path) -> None:
+    cfg = load_config(
+        [
+            f"run_dir={tmp_path}",
+            "loop.env_steps=2000",
+            "loop.eval_every=500",
+            "loop.eval_episodes=10",
+            "loop.stop_at_success=0.9",
+            "loop.final_eval_episodes=20",
+            "loop.checkpoint_every=0",
+            "profile=cpu",
+        ]
+    )
+    summary = json.loads(train(cfg).read_text())
+    env = make_env(EnvConfig(), seed=0)
+    untrained = evaluate(env, SAC(SACConfig(), 13, 4).policy, 20).success_rate
+    assert summary["final_success_rate"] >= untrained + 0.5, (summary["final_success_rate"], untrained)
+    assert summary["updates"] == summary["env_steps"]  # the UTD rate limit held
+    assert (tmp_path / "checkpoints" / "final" / "model.safetensors").exists()
+    assert 0.0 < summary["intervention_rate"] < 1.0
+
+
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "robot_rl.cli",
+        "train",
+        f"run_dir={run}",
+        "loop.env_steps=900",
+        "loop.checkpoint_every=300",
+        "loop.eval_every=0",
+        "loop.stop_at_success=2",
+        "loop.final_eval_episodes=3",
+        "demos.n_episodes=5",
+        "profile=cpu",
+    ]
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    latest = run / "checkpoints" / "latest"
+    deadline = time.time() + 240
+    while not latest.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert latest.exists(), "no checkpoint before the kill"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads((run / "checkpoints" / latest.read_text() / "counters.json").read_text())
+    assert killed_at["env_steps"] < 900 and not (run / "summary.json").exists()
+
+    out = subprocess.run(
+        [sys.executable, "-m", "robot_rl.cli", "train", f"resume={run}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"{killed_at['env_steps']} env steps" in out.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 900 and summary["updates"] == 900
+    assert summary["demo_episodes"] == 5  # the demo store was reused, not re-collected
+    final = json.loads((run / "checkpoints" / "final" / "counters.json").read_text())
+    assert final["wall_clock_s"] >= killed_at["wall_clock_s"]
+
+
+class NaNPolicy(torch.nn.Module):
+    def select_action(self, obs, deterministic: bool = False) -> np.ndarray:
+        return np.array([0.1, np.nan, 0.0, 1.0], np.float32)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_nan_action_is_caught_before_the_simulator() -> None:
+    env = make_env(EnvConfig(), seed=0)
+    actor = Actor(env, NaNPolicy())
+    with pytest.raises(ValueError, match="NaN"):
+        actor.step()
+    assert env.unwrapped.data.time == 0.0  # no physics step happened
