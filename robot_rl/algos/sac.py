@@ -34,6 +34,7 @@ class SACConfig:
     demo_ratio: float = 0.5  # RLPD symmetric sampling
     utd: int = 2  # critic updates per env step; actor/temperature update once per env step
     image_feature_dim: int = 64
+    pretrained_encoder: str = ""  # safetensors of a ConvEncoder (local path), loaded into every camera's encoder
     augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
 
 
@@ -64,6 +65,8 @@ class SAC(nn.Module):
             raise ValueError(f"critic_subsample={cfg.critic_subsample} must be in [1, n_critics={cfg.n_critics}]")
         self.cfg = cfg
         encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad)
+        if cfg.pretrained_encoder:
+            encoder.load_pretrained(cfg.pretrained_encoder)
         self.policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
         self.critic = Critic(encoder.out_dim, act_dim, cfg.hidden, cfg.n_critics)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 
@@ -72,6 +73,17 @@ class ObsEncoder(nn.Module):
         # robot node normalise identically. Centimetre-scale features need this to be learnable quickly.
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
+
+    def load_pretrained(self, path: str) -> None:
+        """Loads one ConvEncoder's weights (safetensors, local path: nothing is downloaded) into every camera."""
+        if not self.cameras:
+            raise ValueError("a pretrained image encoder was given but the observation has no cameras")
+        weights = load_file(path)
+        for cam in self.cameras:
+            try:
+                self.convs[cam].load_state_dict(weights)
+            except RuntimeError as e:
+                raise ValueError(f"{path} does not fit the {cam} encoder: {e}") from None
 
     def set_state_normalization(self, states: torch.Tensor, min_std: float = 0.01) -> None:
         """Fixes the state normaliser from data (e.g. the demos); `min_std` keeps near-constant dims sane."""
