@@ -61,9 +61,8 @@ def _group_options() -> dict[str, list[str]]:
     return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(root.iterdir()) if d.is_dir()}
 
 
-def cmd_train(overrides: list[str]) -> int:
-    from robot_rl.loop.trainer import train
-
+def run_config(overrides: list[str]) -> TrainConfig:
+    """The config of a new run, or with `resume=DIR` the run's saved one (only `loop.*` may be changed)."""
     cfg = load_config(overrides)
     if cfg.resume:
         saved = OmegaConf.load(Path(cfg.resume) / "config.yaml")
@@ -73,9 +72,44 @@ def cmd_train(overrides: list[str]) -> int:
             OmegaConf.from_dotlist([o for o in overrides if o.startswith("loop.")] + [f"resume={cfg.resume}"]),
         )
         cfg = OmegaConf.to_object(merged)
-    summary = train(cfg)
-    print(summary)
+    return cfg
+
+
+def cmd_train(overrides: list[str]) -> int:
+    from robot_rl.loop.trainer import train
+
+    print(train(run_config(overrides)))
     return 0
+
+
+def cmd_learner(overrides: list[str]) -> int:
+    from robot_rl.nodes.learner_node import run_learner
+
+    print(run_learner(run_config(overrides)))
+    return 0
+
+
+def cmd_actor(args: list[str]) -> int:
+    from robot_rl.nodes.actor_node import run_actor
+
+    p = argparse.ArgumentParser(prog="robot-rl actor", description="an actor node; the rest are train overrides")
+    p.add_argument("--index", type=int, default=0, help="actor number: sets its seed and name")
+    p.add_argument("--episodes", type=int, default=0, help="stop after this many episodes (0: run until killed)")
+    ns, overrides = p.parse_known_args(args)
+    run_actor(load_config(overrides), ns.index, ns.episodes)
+    return 0
+
+
+def cmd_launch(overrides: list[str]) -> int:
+    from robot_rl.nodes.launch import launch
+
+    cfg = load_config(overrides)
+    if not cfg.run_dir and not cfg.resume:
+        from robot_rl.loop.trainer import default_run_dir
+
+        overrides = [*overrides, f"run_dir={default_run_dir(cfg)}"]
+        cfg = load_config(overrides)
+    return launch(cfg, overrides)
 
 
 def cmd_report(args: list[str]) -> int:
@@ -120,6 +154,9 @@ def cmd_convert(args: list[str]) -> int:
 
 COMMANDS = {
     "train": cmd_train,
+    "launch": cmd_launch,
+    "learner": cmd_learner,
+    "actor": cmd_actor,
     "report": cmd_report,
     "collect": cmd_collect,
     "dataset": cmd_dataset,
@@ -135,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "usage: robot-rl {" + "|".join(COMMANDS) + "} [args]\n"
             "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
+            "  launch [key=value ...]  the same run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)\n"
+            "  learner | actor --index i [key=value ...]   one node of a multi-machine run\n"
             "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
             "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
             "  dataset info|validate|merge|split|filter   episode store tools\n"

@@ -13,6 +13,7 @@ from hydra.core.config_store import ConfigStore
 from robot_rl.algos.sac import SACConfig
 from robot_rl.sim.envs import EnvConfig
 from robot_rl.sim.experts import InterventionConfig
+from robot_rl.transport.base import TransportConfig
 
 
 @dataclass
@@ -46,6 +47,27 @@ class LoopConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Actor and learner nodes over ROS 2 (`robot-rl launch | learner | actor`)."""
+
+    n_actors: int = 2  # actor processes `robot-rl launch` starts (and restarts when they die)
+    publish_every: int = 10  # learner updates between weight broadcasts (and sooner whenever it runs out of data)
+    learner_timeout_s: float = 5.0  # waiting this long for weights means the learner is gone
+    on_learner_loss: str = "continue"  # continue (act on the last weights) | hold (stop stepping until it returns)
+    control_hz: float = 0.0  # actor loop rate; 0 = as fast as the env steps (sim), 10-50 on a robot
+
+    @property
+    def steps_per_version(self) -> int:
+        """An actor steps at most this often on one policy version, so all actors together make about what the
+        learner consumes between broadcasts: policy lag stays ~publish_every steps however fast the sims run."""
+        return max(1, self.publish_every // self.n_actors)
+    batch_size: int = 8  # transitions per message
+    queue_batches: int = 4  # messages in flight before actors block: bounds policy lag to ~queue x batch steps
+    local: bool = True  # launch: all nodes on this machine, DDS discovery on loopback only
+    transport: TransportConfig = field(default_factory=TransportConfig)
+
+
+@dataclass
 class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     sac: SACConfig = field(default_factory=SACConfig)
@@ -53,6 +75,7 @@ class TrainConfig:
     demos: DemoConfig = field(default_factory=DemoConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda[:N]
     threads: int = 0  # torch intra-op threads; 0 => one per core (oversubscription was 20x slower here)

@@ -38,6 +38,14 @@ class SACConfig:
     augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
 
 
+def make_policy(
+    cfg: SACConfig, state_dim: int, act_dim: int, cameras: tuple[str, ...] = (), image_size: int = 64
+) -> GaussianPolicy:
+    """The actor network alone: what actor nodes and the robot build to receive the learner's weights."""
+    encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad)
+    return GaussianPolicy(encoder, act_dim, cfg.hidden)
+
+
 class Critic(nn.Module):
     """Q ensemble over (features, action) -> (n, B)."""
 
@@ -64,10 +72,10 @@ class SAC(nn.Module):
         if not 1 <= cfg.critic_subsample <= cfg.n_critics:
             raise ValueError(f"critic_subsample={cfg.critic_subsample} must be in [1, n_critics={cfg.n_critics}]")
         self.cfg = cfg
-        encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad)
+        self.policy = make_policy(cfg, state_dim, act_dim, cameras, image_size)
+        encoder = self.policy.encoder
         if cfg.pretrained_encoder:
             encoder.load_pretrained(cfg.pretrained_encoder)
-        self.policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
         self.critic = Critic(encoder.out_dim, act_dim, cfg.hidden, cfg.n_critics)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_temperature)).log())

@@ -17,6 +17,14 @@ Intervener = Callable[[gym.Env, np.ndarray], tuple[np.ndarray, bool]]
 
 
 @dataclass
+class EpisodeResult:
+    success: bool
+    length: int
+    episode_return: float
+    interventions: int
+
+
+@dataclass
 class EpisodeStats:
     episodes: int = 0
     successes: int = 0
@@ -55,9 +63,11 @@ class Actor:
         self.seed = seed
         self.stats = EpisodeStats()
         self.policy_version = 0
+        self.last_episode: EpisodeResult | None = None
         self._obs: NpObs | None = None
         self._ep_len = 0
         self._ep_interventions = 0
+        self._ep_return = 0.0
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         self.policy.load_state_dict(state_dict)
@@ -69,6 +79,7 @@ class Actor:
             self.intervener.reset()
         self.policy.reset()
         self._ep_len = self._ep_interventions = 0
+        self._ep_return = 0.0
         return obs
 
     def step(self) -> Transition:
@@ -83,6 +94,7 @@ class Actor:
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         self._ep_len += 1
         self._ep_interventions += int(intervened)
+        self._ep_return += float(reward)
         self.stats.steps += 1
         self.stats.intervened_steps += int(intervened)
         t = Transition(
@@ -95,7 +107,10 @@ class Actor:
             intervened=intervened,
         )
         if t.done:
-            self.stats.record(bool(info["success"]), self._ep_len, self._ep_interventions)
+            self.last_episode = EpisodeResult(
+                bool(info["success"]), self._ep_len, self._ep_return, self._ep_interventions
+            )
+            self.stats.record(self.last_episode.success, self._ep_len, self._ep_interventions)
             self._obs = None
         else:
             self._obs = next_obs

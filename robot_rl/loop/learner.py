@@ -30,9 +30,15 @@ class Learner:
         self.env_steps = 0
         self.updates = 0  # SAC.update calls; each holds `utd` critic steps
         self._last_intervened = False
+        self._last_stream = ""
         self.last_stats: dict[str, float] = {}
 
-    def add(self, t: Transition) -> None:
+    def add(self, t: Transition, stream: str = "") -> None:
+        """`stream` names the actor: transitions of one stream arrive in order, streams interleave."""
+        if stream != self._last_stream:
+            self.online.break_sequence()
+            self.demo.break_sequence()
+            self._last_stream, self._last_intervened = stream, False
         self.online.add(t)
         if t.intervened:
             if not self._last_intervened:

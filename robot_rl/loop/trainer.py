@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -36,7 +37,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import collect, episode_transitions
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.evaluation import EvalResult, evaluate
-from robot_rl.loop.actor import Actor
+from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env
 from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
@@ -96,8 +97,10 @@ def make_reward_classifier(cfg: TrainConfig, run_dir: Path) -> RewardClassifier:
     probe = make_env(cfg.env)
     state_dim, cameras, image_size = obs_layout(probe)
     clf = RewardClassifier(state_dim, cameras, image_size)
-    if cfg.reward.classifier_path:
-        clf.load_state_dict(load_file(cfg.reward.classifier_path))
+    saved = run_dir / "reward_classifier.safetensors"
+    path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
+    if path:
+        clf.load_state_dict(load_file(path))
         return clf.eval()
     holding = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed + 7)
     expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed + 7)
@@ -106,148 +109,175 @@ def make_reward_classifier(cfg: TrainConfig, run_dir: Path) -> RewardClassifier:
     train_reward_classifier(clf, train_set, cfg.reward.classifier_steps, seed=cfg.seed)
     metrics = classifier_metrics(clf, val_set, cfg.reward.threshold)
     print(f"reward classifier on held-out frames: {metrics}")
-    save_file({k: v.contiguous() for k, v in clf.state_dict().items()}, str(run_dir / "reward_classifier.safetensors"))
+    save_file({k: v.contiguous() for k, v in clf.state_dict().items()}, str(saved))
     return clf
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Runs (or resumes) one training run; returns the path of its summary.json."""
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
-    device = resolve_device(cfg.device)
-    run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    (run_dir / "config.yaml").write_text(config_yaml)
-    seed_everything(cfg.seed)
-
-    env = make_env(cfg.env, seed=cfg.seed)
-    eval_env = make_env(cfg.env, seed=cfg.seed + 1)
-    if cfg.reward.source == "classifier":
-        clf = make_reward_classifier(cfg, run_dir)
-        # Success no longer ends training episodes: only the classifier's verdict does.
-        env = ClassifierReward(
-            make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed), clf, cfg.reward.threshold
-        )
-    elif cfg.reward.source != "env":
+def make_train_env(cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None) -> gym.Env:
+    """The env actors step: with a classifier, success no longer ends episodes; only its verdict does."""
+    if cfg.reward.source == "env":
+        return make_env(cfg.env, seed=seed)
+    if cfg.reward.source != "classifier":
         raise ValueError(f"reward.source={cfg.reward.source!r}; expected 'env' or 'classifier'")
-    state_dim, cameras, image_size = obs_layout(env)
-    obs_keys = ["state", *cameras]
-    act_dim = env.action_space.shape[0]
+    if clf is None:
+        raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path for actor nodes)")
+    env = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=seed)
+    return ClassifierReward(env, clf, cfg.reward.threshold)
 
-    store = prepare_demos(cfg, run_dir, env)
-    demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
-    online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
-    for i in range(len(store)):
-        for t in episode_transitions(store, i, obs_keys):
-            demo_buf.add(t)
 
-    algo = SAC(cfg.sac, state_dim, act_dim, cameras, image_size)
-    algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
-    algo = algo.to(device)
-    learner = Learner(algo, demo_buf, online_buf, device, cfg.loop.learning_starts)
-    human = SimulatedHuman(cfg.intervention, seed=cfg.seed)
-    actor = Actor(env, copy.deepcopy(algo.policy).cpu(), human if cfg.intervention.enabled else None, cfg.seed)
+def make_human(cfg: TrainConfig, seed: int) -> SimulatedHuman | None:
+    return SimulatedHuman(cfg.intervention, seed=seed) if cfg.intervention.enabled else None
 
-    state = RunState()
-    ckpt_root = run_dir / "checkpoints"
-    ckpt = latest_checkpoint(ckpt_root) if cfg.resume else None
-    if ckpt is not None:
-        counters = load_checkpoint(ckpt, algo, algo.optimizers(), {"demo": demo_buf, "online": online_buf}, device)
-        state = RunState(**counters)
-        learner.env_steps, learner.updates = state.env_steps, state.updates
-        online_buf.break_sequence()  # the interrupted episode is not continued
-        demo_buf.break_sequence()
-        actor.stats.episodes = state.episodes
-        print(f"resumed {run_dir} from {ckpt.name}: {state.env_steps} env steps, {state.updates} updates")
-    actor.load_weights(learner.policy_weights(), learner.updates)
 
-    def checkpoint(name: str) -> None:
-        state.env_steps, state.updates, state.episodes = learner.env_steps, learner.updates, actor.stats.episodes
-        save_checkpoint(
-            ckpt_root,
-            name,
-            algo,
-            algo.optimizers(),
-            vars(state),
-            config_yaml,
-            {"demo": demo_buf, "online": online_buf},
-        )
+class TrainingRun:
+    """Everything the learner side of a run owns: run dir, demos, buffers, SAC, evaluation, checkpoints, logs.
 
-    writer = SummaryWriter(str(run_dir / "tb"))
-    eval_log: list[dict] = []
+    The in-process trainer and the ROS 2 learner node both drive it: feed `learner.add`, call
+    `learner.train_to_rate_limit()`, then `after_step()` once per env step until `done`.
+    """
 
-    def run_eval(episodes: int) -> EvalResult:
-        res = evaluate(eval_env, actor.policy, episodes, seed=1_000_000 + 1000 * cfg.seed)
-        eval_log.append({"env_steps": learner.env_steps, "updates": learner.updates, **res.as_dict()})
+    def __init__(self, cfg: TrainConfig) -> None:
+        torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        self.run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+        (self.run_dir / "config.yaml").write_text(self.config_yaml)
+        seed_everything(cfg.seed)
+
+        self.eval_env = make_env(cfg.env, seed=cfg.seed + 1)
+        self.classifier = make_reward_classifier(cfg, self.run_dir) if cfg.reward.source == "classifier" else None
+        state_dim, cameras, image_size = obs_layout(self.eval_env)
+        self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
+        demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
+        online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
+        for i in range(len(self.store)):
+            for t in episode_transitions(self.store, i, ["state", *cameras]):
+                demo_buf.add(t)
+        algo = SAC(cfg.sac, state_dim, self.eval_env.action_space.shape[0], cameras, image_size)
+        algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
+        self.algo = algo.to(self.device)
+        self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
+        self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
+
+        self.state = RunState()
+        self.ckpt_root = self.run_dir / "checkpoints"
+        ckpt = latest_checkpoint(self.ckpt_root) if cfg.resume else None
+        if ckpt is not None:
+            buffers = {"demo": demo_buf, "online": online_buf}
+            self.state = RunState(**load_checkpoint(ckpt, algo, algo.optimizers(), buffers, self.device))
+            self.learner.env_steps, self.learner.updates = self.state.env_steps, self.state.updates
+            online_buf.break_sequence()  # the interrupted episode is not continued
+            demo_buf.break_sequence()
+            print(f"resumed {self.run_dir} from {ckpt.name}: {self.state.env_steps} env steps, "
+                  f"{self.state.updates} updates")  # fmt: skip
+
+        self.writer = SummaryWriter(str(self.run_dir / "tb"))
+        self.eval_log: list[dict] = []
+        self.last_eval = float("nan")
+        self.done = False
+        self._session_start = time.perf_counter()
+        self._wall_before = self.state.wall_clock_s
+        self.bar = tqdm(total=cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
+                        mininterval=2.0)  # fmt: skip
+        self._check_budget()
+
+    @property
+    def wall_clock_s(self) -> float:
+        return self._wall_before + time.perf_counter() - self._session_start
+
+    def _check_budget(self) -> None:
+        loop = self.cfg.loop
+        out_of_time = loop.max_minutes > 0 and self.wall_clock_s >= 60.0 * loop.max_minutes
+        self.done = self.done or out_of_time or self.learner.env_steps >= loop.env_steps
+
+    def checkpoint(self, name: str, episodes: int) -> None:
+        s = self.state
+        s.env_steps, s.updates, s.episodes = self.learner.env_steps, self.learner.updates, episodes
+        s.wall_clock_s = self.wall_clock_s
+        buffers = {"demo": self.learner.demo, "online": self.learner.online}
+        save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
+
+    def evaluate(self, episodes: int) -> EvalResult:
+        self.eval_policy.load_state_dict(self.learner.policy_weights())
+        res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
+        step = self.learner.env_steps
+        self.eval_log.append({"env_steps": step, "updates": self.learner.updates, **res.as_dict()})
         for k in ("success_rate", "mean_return", "mean_length"):
-            writer.add_scalar(f"eval/{k}", getattr(res, k), learner.env_steps)
+            self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
 
-    session_start = time.perf_counter()
-    wall_before = state.wall_clock_s
-    last_eval = float("nan")
-    bar = tqdm(total=cfg.loop.env_steps, initial=learner.env_steps, desc="train", unit="step", mininterval=2.0)
+    def after_step(self, stats: EpisodeStats) -> None:
+        """Logging, checkpoints, evaluation and the stopping rule, at their env-step multiples."""
+        loop, step = self.cfg.loop, self.learner.env_steps
+        self.bar.update(step - self.bar.n)
+        if step % loop.log_every == 0:
+            for k, v in self.learner.last_stats.items():
+                self.writer.add_scalar(f"train/{k}", v, step)
+            self.writer.add_scalar("train/success_rate", stats.success_rate, step)
+            self.writer.add_scalar("train/intervention_rate", stats.intervention_rate, step)
+            self.bar.set_postfix(succ=f"{stats.success_rate:.2f}", interv=f"{stats.intervention_rate:.2f}",
+                                 eval=f"{self.last_eval:.2f}", upd=self.learner.updates, refresh=False)  # fmt: skip
+        if loop.checkpoint_every and step % loop.checkpoint_every == 0:
+            self.checkpoint(f"step_{step:08d}", stats.episodes)
+        if loop.eval_every and step % loop.eval_every == 0:
+            self.last_eval = self.evaluate(loop.eval_episodes).success_rate
+            self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
+            if self.last_eval >= loop.stop_at_success:
+                self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
+                self.done = True
+        self._check_budget()
 
-    def out_of_time() -> bool:
-        elapsed = wall_before + time.perf_counter() - session_start
-        return cfg.loop.max_minutes > 0 and elapsed >= 60.0 * cfg.loop.max_minutes
+    def finish(self, stats: EpisodeStats, **extra: object) -> Path:
+        """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path."""
+        self.bar.close()
+        final = self.evaluate(self.cfg.loop.final_eval_episodes)
+        self.checkpoint("final", stats.episodes)
+        self.writer.close()
+        cfg, learner = self.cfg, self.learner
+        summary = {
+            "task": cfg.env.task,
+            "obs": cfg.env.obs,
+            "seed": cfg.seed,
+            "final_success_rate": final.success_rate,
+            "final_success_ci": final.success_ci,
+            "final_mean_length": final.mean_length,
+            "env_steps": learner.env_steps,
+            "updates": learner.updates,
+            "critic_updates": learner.updates * cfg.sac.utd,
+            "wall_clock_s": round(self.state.wall_clock_s, 2),
+            "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
+            "demo_episodes": len(self.store),
+            "device": str(self.device),
+            "run_dir": str(self.run_dir),
+            "checkpoint": str(self.ckpt_root / "final"),
+            "evals": self.eval_log,
+            **extra,
+        }
+        path = self.run_dir / "summary.json"
+        path.write_text(json.dumps(summary, indent=1))
+        print_eval_table(self.eval_log)
+        return path
 
-    while learner.env_steps < cfg.loop.env_steps and not out_of_time():
-        human.set_progress(learner.env_steps)
+
+def train(cfg: TrainConfig) -> Path:
+    """The main job in one process: runs (or resumes) a run; returns the path of its summary.json."""
+    run = TrainingRun(cfg)
+    learner = run.learner
+    human = make_human(cfg, cfg.seed)
+    actor = Actor(make_train_env(cfg, cfg.seed, run.classifier), copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+    actor.stats.episodes = run.state.episodes
+    actor.load_weights(learner.policy_weights(), learner.updates)
+    while not run.done:
+        if human is not None:
+            human.set_progress(learner.env_steps)
         learner.add(actor.step())
         learner.train_to_rate_limit()
-        step = learner.env_steps
-        if step % cfg.loop.sync_every == 0:
+        if learner.env_steps % cfg.loop.sync_every == 0:
             actor.load_weights(learner.policy_weights(), learner.updates)
-        bar.update(1)
-        if step % cfg.loop.log_every == 0:
-            for k, v in learner.last_stats.items():
-                writer.add_scalar(f"train/{k}", v, step)
-            writer.add_scalar("train/success_rate", actor.stats.success_rate, step)
-            writer.add_scalar("train/intervention_rate", actor.stats.intervention_rate, step)
-            bar.set_postfix(
-                succ=f"{actor.stats.success_rate:.2f}",
-                interv=f"{actor.stats.intervention_rate:.2f}",
-                eval=f"{last_eval:.2f}",
-                upd=learner.updates,
-                refresh=False,
-            )
-        if cfg.loop.checkpoint_every and step % cfg.loop.checkpoint_every == 0:
-            state.wall_clock_s = wall_before + time.perf_counter() - session_start
-            checkpoint(f"step_{step:08d}")
-        if cfg.loop.eval_every and step % cfg.loop.eval_every == 0:
-            last_eval = run_eval(cfg.loop.eval_episodes).success_rate
-            state.best_eval_success = max(state.best_eval_success, last_eval)
-            if last_eval >= cfg.loop.stop_at_success:
-                bar.write(f"eval success {last_eval:.2f} >= {cfg.loop.stop_at_success} at step {step}: stopping")
-                break
-    bar.close()
-
-    final = run_eval(cfg.loop.final_eval_episodes)
-    state.wall_clock_s = wall_before + time.perf_counter() - session_start
-    checkpoint("final")
-    writer.close()
-    summary = {
-        "task": cfg.env.task,
-        "obs": cfg.env.obs,
-        "seed": cfg.seed,
-        "final_success_rate": final.success_rate,
-        "final_success_ci": final.success_ci,
-        "final_mean_length": final.mean_length,
-        "env_steps": learner.env_steps,
-        "updates": learner.updates,
-        "critic_updates": learner.updates * cfg.sac.utd,
-        "wall_clock_s": round(state.wall_clock_s, 2),
-        "intervention_rate": actor.stats.intervened_steps / max(actor.stats.steps, 1),
-        "demo_episodes": len(store),
-        "device": str(device),
-        "run_dir": str(run_dir),
-        "checkpoint": str(ckpt_root / "final"),
-        "evals": eval_log,
-    }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    print_eval_table(eval_log)
-    return run_dir / "summary.json"
+        run.after_step(actor.stats)
+    return run.finish(actor.stats)
 
 
 def print_eval_table(evals: list[dict]) -> None:

@@ -34,6 +34,15 @@ class TopicQos:
 
 
 ROS_DEFAULT_QOS = TopicQos()  # rmw_qos_profile_default
+
+# Cyclone config for nodes that all live on one machine: unicast discovery to 127.0.0.1 only (`lo` has no
+# MULTICAST flag on many hosts, so SPDP goes to the participant-index ports). Use as CYCLONEDDS_URI.
+LOOPBACK_DDS_CONFIG = (
+    "<CycloneDDS><Domain Id='any'><General><Interfaces><NetworkInterface name='lo'/></Interfaces>"
+    "<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
+    "<MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers><Peer address='127.0.0.1'/></Peers>"
+    "</Discovery></Domain></CycloneDDS>"
+)
 LATCHED_QOS = TopicQos(transient_local=True, depth=1)
 
 

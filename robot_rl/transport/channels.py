@@ -38,7 +38,13 @@ ANNOUNCE_T = "robot_rl_msgs/msg/WeightsAnnouncement"
 EPISODE_T = "robot_rl_msgs/msg/EpisodeSummary"
 
 TERMINATED, TRUNCATED, INTERVENED = 1, 2, 4
-TRANSITION_QOS = TopicQos(depth=None, max_samples=64)
+
+
+def transition_qos(queue_batches: int) -> TopicQos:
+    """Keep-all with a bounded queue: the bound is also the most policy lag a fast actor can build up."""
+    return TopicQos(depth=None, max_samples=queue_batches)
+
+
 EPISODE_QOS = TopicQos(depth=100)
 
 
@@ -165,17 +171,31 @@ def decode_batch(msg: object, task: str) -> list[Transition]:
 class TransitionSender:
     """Actor side: `add` every `Actor.step()` result; a batch goes out when full or at episode end."""
 
-    def __init__(self, transport: Transport, actor_id: str, batch_size: int = 16) -> None:
+    def __init__(self, transport: Transport, actor_id: str, batch_size: int = 16, queue_batches: int = 64) -> None:
         self.transport, self.actor_id, self.batch_size = transport, actor_id, batch_size
-        self.pub = transport.publisher(TRANSITIONS_TOPIC, BATCH_T, TRANSITION_QOS)
+        self.pub = transport.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(queue_batches))
         self.policy_version = 0
         self._pending: list[Transition] = []
         self._seq = 0
 
     def add(self, t: Transition) -> None:
-        self._pending.append(t)
-        if len(self._pending) >= self.batch_size or t.done:
+        self.add_nowait(t)
+        if self.batch_full or t.done:
             self.flush()
+
+    def add_nowait(self, t: Transition) -> None:
+        """Queue without sending; the caller flushes (and handles BackpressureTimeout) when it chooses."""
+        self._pending.append(t)
+
+    @property
+    def batch_full(self) -> bool:
+        return len(self._pending) >= self.batch_size
+
+    def discard_pending(self) -> int:
+        """Drops the batch a BackpressureTimeout left behind (e.g. its learner died); returns how many."""
+        n = len(self._pending)
+        self._pending.clear()
+        return n
 
     def flush(self) -> None:
         """May raise BackpressureTimeout when the learner stops draining; the batch is then kept for a retry."""
@@ -198,15 +218,19 @@ class ActorState:
 class TransitionReceiver:
     """Learner side: `poll()` and feed each transition to `Learner.add`. Not polling = backpressure."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, queue_batches: int = 64) -> None:
         self.transport = transport
-        self.sub = transport.subscription(TRANSITIONS_TOPIC, BATCH_T, TRANSITION_QOS)
+        self.sub = transport.subscription(TRANSITIONS_TOPIC, BATCH_T, transition_qos(queue_batches))
         self.actors: dict[str, ActorState] = {}
 
     def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:
+        return [t for _, ts in self.poll_batches(timeout_s, max_batches) for t in ts]
+
+    def poll_batches(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[tuple[str, list[Transition]]]:
+        """(actor id, transitions in order) per received batch: what `Learner.add(t, stream=actor_id)` needs."""
         if timeout_s > 0 and not self.sub.wait(timeout_s):
             return []
-        out: list[Transition] = []
+        out: list[tuple[str, list[Transition]]] = []
         for msg in self.sub.take(max_batches):
             try:
                 ts = decode_batch(msg, self.transport.cfg.task)
@@ -219,7 +243,7 @@ class TransitionReceiver:
                 log.warning("actor %s: expected seq %d, got %d", msg.actor_id, st.next_seq, msg.first_seq)
             st.next_seq = msg.first_seq + msg.size
             st.policy_version = msg.policy_version
-            out += ts
+            out.append((msg.actor_id, ts))
         return out
 
 

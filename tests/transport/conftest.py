@@ -10,14 +10,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-# Unicast discovery to 127.0.0.1: `lo` has no MULTICAST flag here, so SPDP goes to the participant-index ports.
-LOOPBACK_XML = (
-    "<CycloneDDS><Domain Id='any'><General><Interfaces><NetworkInterface name='lo'/></Interfaces>"
-    "<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
-    "<MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers><Peer address='127.0.0.1'/></Peers>"
-    "</Discovery></Domain></CycloneDDS>"
-)
-os.environ["CYCLONEDDS_URI"] = LOOPBACK_XML
+from robot_rl.transport.base import LOOPBACK_DDS_CONFIG  # noqa: E402
+
+os.environ["CYCLONEDDS_URI"] = LOOPBACK_DDS_CONFIG
 os.environ.setdefault("ROBOT_RL_TEST_DOMAIN", str(random.randint(1, 200)))
 
 from robot_rl.transport import TransportConfig  # noqa: E402

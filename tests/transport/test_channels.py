@@ -23,7 +23,7 @@ from robot_rl.transport import (
     make_transport,
     typesys,
 )
-from robot_rl.transport.channels import BATCH_T, CHUNK_T, TRANSITION_QOS, TRANSITIONS_TOPIC, encode_batch
+from robot_rl.transport.channels import BATCH_T, CHUNK_T, TRANSITIONS_TOPIC, encode_batch, transition_qos
 
 
 def recv_all(rx: TransitionReceiver, n: int, timeout_s: float = 30.0) -> list:
@@ -119,7 +119,7 @@ def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, cap
     good = episode(2)
     with make_transport(cfg(node_name="actor")) as a, make_transport(cfg(node_name="learner")) as b:
         rx = TransitionReceiver(b)
-        pub = a.publisher(TRANSITIONS_TOPIC, BATCH_T, TRANSITION_QOS)
+        pub = a.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
         wait_until(lambda: pub.matched() == 1)
         with caplog.at_level(logging.WARNING, logger="robot_rl.transport"):
             pub.publish(encode_batch(good, "other_task", "x", 0, 0))
@@ -136,7 +136,7 @@ def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, cap
 
     with make_transport(cfg(backend="inproc", max_message_bytes=4096)) as t:
         rx = TransitionReceiver(t)
-        pub = t.publisher(TRANSITIONS_TOPIC, BATCH_T, TRANSITION_QOS)
+        pub = t.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
         pub.publish_raw(b"\x00\x01\x00\x00" + b"\xff" * 40)  # claims a 4 GB string
         pub.publish(encode_batch(episode(3, cams=("wrist",)), "reach", "x", 0, 0))  # > 4096 B
         pub.publish(encode_batch(good, "reach", "x", 0, 0))

@@ -1,0 +1,108 @@
+"""Actor node: an env (sim, or a robot behind the same interface) stepped by the latest policy weights.
+
+Transitions stream out as they happen; weights are applied between steps. The actor never runs more than
+`steps_per_version` steps on one policy version while a learner is alive, which bounds policy lag even
+when actors are much faster than the learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from safetensors.torch import load_file
+
+from robot_rl.algos.reward_classifier import RewardClassifier
+from robot_rl.algos.sac import make_policy
+from robot_rl.config import TrainConfig
+from robot_rl.loop.actor import Actor
+from robot_rl.loop.trainer import make_human, make_train_env, obs_layout
+from robot_rl.nodes.learner_node import node_transport_config
+from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys
+from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
+
+log = logging.getLogger("robot_rl.actor")
+
+
+def load_classifier(cfg: TrainConfig, env) -> RewardClassifier | None:
+    if cfg.reward.source != "classifier":
+        return None
+    if not cfg.reward.classifier_path:
+        raise ValueError("actor nodes need reward.classifier_path (the learner's run dir has one)")
+    clf = RewardClassifier(*obs_layout(env))
+    clf.load_state_dict(load_file(cfg.reward.classifier_path))
+    return clf.eval()
+
+
+def flush(sender: TransitionSender, actor_id: str) -> None:
+    try:
+        sender.flush()
+    except BackpressureTimeout:
+        # Only a dead (not yet timed-out) or stuck learner stops draining a reliable topic; its replacement
+        # resumes from a checkpoint, so these uncommitted transitions are not needed.
+        log.warning("%s: learner not draining; dropped %d transitions", actor_id, sender.discard_pending())
+
+
+def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
+    """Acts until killed (or `max_episodes`); returns the number of env steps taken."""
+    dist = cfg.distributed
+    seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
+    actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
+    probe = make_train_env(cfg, seed)
+    env = make_train_env(cfg, seed, load_classifier(cfg, probe)) if cfg.reward.source == "classifier" else probe
+    state_dim, cameras, image_size = obs_layout(env)
+    policy = make_policy(cfg.sac, state_dim, env.action_space.shape[0], cameras, image_size)
+    human = make_human(cfg, seed)
+    actor = Actor(env, policy, human, seed)
+    steps = 0
+    with make_transport(node_transport_config(cfg, f"actor{index}")) as transport:
+        sender = TransitionSender(transport, actor_id, dist.batch_size, dist.queue_batches)
+        weights = WeightsReceiver(transport)
+        episodes = transport.publisher(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
+        store = typesys.typestore(transport.cfg.distro)
+        fresh = None
+        # Acting on random weights, or before the learner's reader matched us, would be thrown away.
+        while fresh is None or sender.pub.matched() == 0:
+            fresh = weights.poll(timeout_s=dist.learner_timeout_s) or fresh
+            if fresh is None or sender.pub.matched() == 0:
+                log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
+        actor.load_weights(*fresh)
+        sender.policy_version, since_update = fresh[1], 0
+        period = 1.0 / dist.control_hz if dist.control_hz > 0 else 0.0
+        next_tick = time.perf_counter()
+        while max_episodes <= 0 or actor.stats.episodes < max_episodes:
+            waiting = since_update >= dist.steps_per_version
+            if waiting:
+                flush(sender, actor_id)  # the learner needs these steps before it has a newer policy to give
+            fresh = weights.poll(timeout_s=dist.learner_timeout_s if waiting else 0.0)
+            if fresh is not None:
+                actor.load_weights(*fresh)
+                sender.policy_version, since_update = fresh[1], 0
+            elif waiting:
+                if dist.on_learner_loss == "hold":
+                    log.warning("%s: learner silent for %.1f s; holding", actor_id, dist.learner_timeout_s)
+                    continue
+                since_update = 0  # "continue": act on the last weights until the learner returns
+            if human is not None:
+                human.set_progress(actor.policy_version)  # version = learner updates = env steps consumed
+            t = actor.step()
+            sender.add_nowait(t)
+            if sender.batch_full or t.done:
+                flush(sender, actor_id)
+            steps += 1
+            since_update += 1
+            if t.done:
+                s, e = actor.stats, actor.last_episode
+                episodes.publish(store.types[EPISODE_T](
+                    header=store.types["std_msgs/msg/Header"](
+                        stamp=store.types["builtin_interfaces/msg/Time"](sec=int(time.time()), nanosec=0), frame_id=""),
+                    task=transport.cfg.task, schema_version=typesys.SCHEMA_VERSION, actor_id=actor_id,
+                    episode=s.episodes, length=e.length, episode_return=e.episode_return, success=e.success,
+                    interventions=e.interventions, policy_version=actor.policy_version,
+                ))  # fmt: skip
+            if period:
+                next_tick += period
+                time.sleep(max(0.0, next_tick - time.perf_counter()))
+        flush(sender, actor_id)
+    return steps

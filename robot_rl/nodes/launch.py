@@ -1,0 +1,65 @@
+"""`robot-rl launch`: one learner and N actors as separate processes on this machine, supervised.
+
+A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
+`resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
+For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same DDS domain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from robot_rl.config import TrainConfig
+from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
+
+log = logging.getLogger("robot_rl.launch")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "robot_rl.cli", *args]
+
+
+def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
+    env = dict(os.environ)
+    if cfg.distributed.local:
+        env.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
+    run_dir = Path(cfg.resume or cfg.run_dir)
+    learner_args = [*overrides]
+    if not cfg.resume and not cfg.run_dir:
+        raise ValueError("launch needs run_dir= (a learner restart resumes from it)")
+    learner = subprocess.Popen(_cli("learner", *learner_args), env=env)
+    actors = {i: subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)
+              for i in range(cfg.distributed.n_actors)}  # fmt: skip
+    restarts = 0
+    try:
+        while True:
+            rc = learner.poll()
+            if rc == 0:
+                return 0
+            if rc is not None:
+                if restarts >= max_restarts or not (run_dir / "checkpoints" / "latest").exists():
+                    log.error("learner exited with %s and cannot be resumed", rc)
+                    return rc or 1
+                restarts += 1
+                log.warning("learner exited with %s: resuming from %s (restart %d)", rc, run_dir, restarts)
+                learner = subprocess.Popen(_cli("learner", f"resume={run_dir}"), env=env)
+            for i, p in actors.items():
+                if p.poll() is not None and restarts < max_restarts:
+                    restarts += 1
+                    log.warning("actor %d exited with %s: restarting", i, p.returncode)
+                    actors[i] = subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)
+            time.sleep(0.2)
+    finally:
+        for p in [*actors.values(), learner]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*actors.values(), learner]:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()

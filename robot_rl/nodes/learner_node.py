@@ -1,0 +1,61 @@
+"""Learner node: transitions from any number of actors in, weights out, at the configured UTD rate.
+
+The same `TrainingRun` as the single-process trainer does the learning, evaluation and checkpoints; this file
+only turns messages into `Learner.add` calls and weights into messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from robot_rl.config import TrainConfig
+from robot_rl.loop.actor import EpisodeStats
+from robot_rl.loop.trainer import TrainingRun
+from robot_rl.transport import TransitionReceiver, WeightsPublisher, make_transport
+from robot_rl.transport.base import TransportConfig
+from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
+
+
+def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
+    """Messages carry the task name: an actor of another task is refused, not trained on."""
+    return dataclasses.replace(cfg.distributed.transport, task=cfg.env.task, node_name=node_name)
+
+
+def run_learner(cfg: TrainConfig) -> Path:
+    run = TrainingRun(cfg)
+    learner = run.learner
+    stats = EpisodeStats(episodes=run.state.episodes)
+    with make_transport(node_transport_config(cfg, "learner")) as transport:
+        transitions = TransitionReceiver(transport, cfg.distributed.queue_batches)
+        weights = WeightsPublisher(transport)
+        episodes = transport.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
+        weights.publish(learner.policy_weights(), learner.updates)
+        published = learner.updates
+        while not run.done:
+            received = transitions.poll_batches(timeout_s=0.01)
+            if not received and learner.updates > published:
+                # Out of data: actors wait for a fresher policy (they step at most `steps_per_version` per
+                # version), e.g. after one of them died, so hand it out now instead of every `publish_every`.
+                weights.publish(learner.policy_weights(), learner.updates)
+                published = learner.updates
+            for actor_id, batch in received:
+                for t in batch:
+                    if run.done:
+                        break  # the rest of a batch past the budget is not trained on
+                    learner.add(t, stream=actor_id)
+                    stats.steps += 1
+                    stats.intervened_steps += int(t.intervened)
+                    learner.train_to_rate_limit()
+                    if learner.updates - published >= cfg.distributed.publish_every:
+                        weights.publish(learner.policy_weights(), learner.updates)
+                        published = learner.updates
+                    run.after_step(stats)
+            for e in episodes.take():
+                stats.record(bool(e.success), int(e.length), int(e.interventions))
+        weights.publish(learner.policy_weights(), learner.updates)
+        actors = {
+            a: {"transitions": s.next_seq, "lost": s.lost, "policy_lag": learner.updates - s.policy_version}
+            for a, s in transitions.actors.items()
+        }
+        return run.finish(stats, actors=actors)

@@ -1,0 +1,120 @@
+"""Learner and actor nodes as real processes over the pip-only DDS backend on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
+from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
+
+pytestmark = pytest.mark.slow
+os.environ["CYCLONEDDS_URI"] = LOOPBACK_DDS_CONFIG  # this process listens in one test: same discovery as the nodes
+
+
+@pytest.fixture
+def domain() -> int:
+    return random.randint(1, 200)
+
+
+def common(domain: int, steps: int) -> list[str]:
+    return [f"distributed.transport.domain_id={domain}", "distributed.transport.backend=dds",
+            f"loop.env_steps={steps}", "loop.eval_every=0", "loop.final_eval_episodes=3", "demos.n_episodes=5",
+            "loop.checkpoint_every=100", "loop.stop_at_success=2", "profile=cpu", "threads=1"]  # fmt: skip
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    return subprocess.Popen([sys.executable, "-m", "robot_rl.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def finish(p: subprocess.Popen, timeout: float) -> str:
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out[-3000:]
+    return out
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def wait_for(pred, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while not pred():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_learner_and_actor_processes_train_over_dds(tmp_path: Path, domain: int) -> None:
+    run = tmp_path / "run"
+    learner = spawn("learner", f"run_dir={run}", *common(domain, 300))
+    actor = spawn("actor", "--index", "0", *common(domain, 300))
+    try:
+        finish(learner, 240)
+    finally:
+        stop(actor)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 300 and s["updates"] == 300  # the UTD rate limit held across processes
+    ((actor_id, st),) = s["actors"].items()
+    assert actor_id.startswith("actor0-") and st["lost"] == 0 and st["transitions"] >= 300
+
+
+def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: Path, domain: int) -> None:
+    run = tmp_path / "run"
+    learner = spawn("learner", f"run_dir={run}", *common(domain, 1200))
+    a0 = spawn("actor", "--index", "0", *common(domain, 1200))
+    a1 = spawn("actor", "--index", "1", *common(domain, 1200))
+    a0_again = None
+    try:
+        wait_for(lambda: (run / "checkpoints" / "latest").exists(), 180)  # training is under way
+        a0.send_signal(signal.SIGKILL)
+        a0.wait()
+        a0_again = spawn("actor", "--index", "0", *common(domain, 1200))
+        finish(learner, 240)
+    finally:
+        stop(a0, a1, *([a0_again] if a0_again else []))
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 1200
+    names = sorted(a.split("-")[0] for a in s["actors"])
+    assert names == ["actor0", "actor0", "actor1"]  # the killed actor, its restart, and the survivor
+    assert all(v["lost"] == 0 for v in s["actors"].values())  # nothing an actor sent was dropped
+
+
+def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, domain: int) -> None:
+    run = tmp_path / "run"
+    learner = spawn("learner", f"run_dir={run}", *common(domain, 500))
+    actor = spawn("actor", "--index", "0", *common(domain, 500), "distributed.learner_timeout_s=0.5")
+    resumed = None
+    try:
+        wait_for(lambda: (run / "checkpoints" / "latest").exists(), 180)
+        learner.send_signal(signal.SIGKILL)
+        learner.wait()
+        killed_at = json.loads((run / "checkpoints" / (run / "checkpoints/latest").read_text() / "counters.json")
+                               .read_text())  # fmt: skip
+        # Listen as a learner would: the actor keeps acting and streaming with its last weights.
+        cfg = TransportConfig(backend="dds", domain_id=domain, task="PickCube", node_name="probe")
+        with make_transport(cfg) as transport:
+            rx = TransitionReceiver(transport)
+            got: list = []
+            wait_for(lambda: got.extend(rx.poll(0.1)) or len(got) >= 50, 60)
+        assert actor.poll() is None
+        resumed = spawn("learner", f"resume={run}")
+        out = finish(resumed, 240)
+    finally:
+        stop(learner, actor, *([resumed] if resumed else []))
+    assert f"resumed {run} from" in out
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 500 and killed_at["env_steps"] < 500
+    assert any(a.startswith("actor0-") for a in s["actors"])  # the same actor reconnected to the new learner
