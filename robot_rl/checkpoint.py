@@ -12,11 +12,13 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.config import TrainConfig
+from robot_rl.policies.gaussian import GaussianPolicy
 
 LATEST = "latest"
 
@@ -47,7 +49,6 @@ def save_checkpoint(
     counters: Mapping[str, int | float],
     config_yaml: str,
     buffers: Mapping[str, ReplayBuffer] | None = None,
-    extra_tensors: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -64,8 +65,6 @@ def save_checkpoint(
         opt_meta[oname] = m
     save_file(opt_tensors, str(tmp / "optim.safetensors"))
     (tmp / "optim.json").write_text(json.dumps(opt_meta))
-    if extra_tensors:
-        save_file({k: v.detach().cpu().contiguous() for k, v in extra_tensors.items()}, str(tmp / "extra.safetensors"))
     for bname, buf in (buffers or {}).items():
         buf.save(tmp / f"buffer_{bname}.npz")
     (tmp / "config.yaml").write_text(config_yaml)
@@ -122,6 +121,22 @@ def load_checkpoint(
     return json.loads((path / "counters.json").read_text())
 
 
-def load_extra(path: Path) -> dict[str, np.ndarray]:
-    f = path / "extra.safetensors"
-    return {k: v.numpy() for k, v in load_file(str(f)).items()} if f.exists() else {}
+def load_policy(path: Path) -> tuple[GaussianPolicy, TrainConfig]:
+    """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
+    deployment node and the robot load. Only local paths: nothing is downloaded."""
+    from robot_rl.algos.sac import make_policy
+    from robot_rl.sim.envs import make_env
+
+    cfg: TrainConfig = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml"))
+    )
+    env = make_env(cfg.env)
+    space = env.observation_space
+    cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
+    policy = make_policy(
+        cfg.sac, space["state"].shape[0], env.action_space.shape[0], cameras, cfg.env.image_size if cameras else 64
+    )
+    weights = load_file(str(path / "model.safetensors"))
+    policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
+    env.close()
+    return policy.eval(), cfg

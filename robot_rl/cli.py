@@ -122,6 +122,21 @@ def cmd_report(args: list[str]) -> int:
     return 0
 
 
+def cmd_eval(args: list[str]) -> int:
+    from robot_rl.evaluation import evaluate_checkpoint
+
+    p = argparse.ArgumentParser(prog="robot-rl eval", description="run a checkpoint in sim: success, cycle time")
+    p.add_argument("checkpoint", type=Path, help="a checkpoint folder, e.g. runs/<run>/checkpoints/final")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--video", type=Path, default=None, help="write one mp4 per episode and summary.json here")
+    p.add_argument("--seed", type=int, default=2_000_000)
+    ns = p.parse_args(args)
+    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed)
+    summary.pop("per_episode")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
 def cmd_collect(args: list[str]) -> int:
     from robot_rl.demos.collect import main as collect_main
 
@@ -157,6 +172,7 @@ COMMANDS = {
     "launch": cmd_launch,
     "learner": cmd_learner,
     "actor": cmd_actor,
+    "eval": cmd_eval,
     "report": cmd_report,
     "collect": cmd_collect,
     "dataset": cmd_dataset,
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
             "  launch [key=value ...]  the same run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)\n"
             "  learner | actor --index i [key=value ...]   one node of a multi-machine run\n"
+            "  eval CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
             "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
             "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
             "  dataset info|validate|merge|split|filter   episode store tools\n"

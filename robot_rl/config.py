@@ -61,6 +61,7 @@ class DistributedConfig:
         """An actor steps at most this often on one policy version, so all actors together make about what the
         learner consumes between broadcasts: policy lag stays ~publish_every steps however fast the sims run."""
         return max(1, self.publish_every // self.n_actors)
+
     batch_size: int = 8  # transitions per message
     queue_batches: int = 4  # messages in flight before actors block: bounds policy lag to ~queue x batch steps
     local: bool = True  # launch: all nodes on this machine, DDS discovery on loopback only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -88,3 +89,51 @@ def aggregate_runs(run_dirs: Sequence[Path]) -> dict:
         "wall_clock_s_mean": float(np.mean([s["wall_clock_s"] for s in summaries])),
         "env_steps_mean": float(np.mean([s["env_steps"] for s in summaries])),
     }
+
+
+def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000) -> dict:
+    """Runs a checkpoint's policy in its task and, with `video_dir`, writes one mp4 per episode (cameras side by
+    side with the step/action/reward overlay of `robot-rl replay`)."""
+    from robot_rl.checkpoint import load_policy
+    from robot_rl.demos.replay import compose_frames, write_video
+    from robot_rl.sim.envs import make_env
+
+    policy, cfg = load_policy(ckpt)
+    env_cfg = cfg.env
+    if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
+        env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
+    env = make_env(env_cfg)
+    results = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        policy.reset()
+        steps: dict[str, list] = {}
+        done, ret, info = False, 0.0, {"success": False}
+        while not done:
+            action = policy.select_action(obs, deterministic=True)
+            for k, v in {**obs, "action": action}.items():
+                steps.setdefault(k, []).append(v)
+            obs, reward, terminated, truncated, info = env.step(action)
+            steps.setdefault("reward", []).append(np.float32(reward))
+            ret, done = ret + float(reward), terminated or truncated
+        results.append({"episode": ep, "success": bool(info["success"]), "return": ret, "length": len(steps["action"])})
+        if video_dir is not None:
+            ep_data = {k: np.stack(v) for k, v in steps.items()}
+            ep_data["intervened"] = np.zeros(len(steps["action"]), bool)
+            write_video(compose_frames(ep_data), Path(video_dir) / f"episode_{ep:03d}.mp4", fps=cfg.env.control_hz)
+    env.close()
+    ok = [r["length"] for r in results if r["success"]]
+    summary = {
+        "checkpoint": str(ckpt),
+        "task": cfg.env.task,
+        "episodes": episodes,
+        "success_rate": float(np.mean([r["success"] for r in results])),
+        "success_ci": bootstrap_ci([float(r["success"]) for r in results], np.mean),
+        "mean_cycle_steps": float(np.mean(ok)) if ok else float("nan"),
+        "cycle_time_s": float(np.mean(ok)) / cfg.env.control_hz if ok else float("nan"),
+        "per_episode": results,
+    }
+    if video_dir is not None:
+        Path(video_dir).mkdir(parents=True, exist_ok=True)
+        (Path(video_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -15,7 +16,7 @@ from robot_rl.sim.envs import EnvConfig, make_env
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.cli import load_config
-from robot_rl.evaluation import evaluate
+from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.trainer import train
 
@@ -42,6 +43,14 @@ def test_short_run_beats_untrained_policy(tmp_path: Path) -> None:
     assert summary["updates"] == summary["env_steps"]  # the UTD rate limit held
     assert (tmp_path / "checkpoints" / "final" / "model.safetensors").exists()
     assert 0.0 < summary["intervention_rate"] < 1.0
+
+    # The checkpoint alone reproduces the policy: `robot-rl eval` success matches and videos are playable.
+    ev = evaluate_checkpoint(tmp_path / "checkpoints" / "final", episodes=3, video_dir=tmp_path / "videos")
+    assert ev["success_rate"] >= untrained + 0.3
+    cap = cv2.VideoCapture(str(tmp_path / "videos" / "episode_000.mp4"))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == ev["per_episode"][0]["length"]
+    ok, frame = cap.read()
+    assert ok and frame.shape[1] > frame.shape[0]  # two cameras side by side
 
 
 def test_resume_after_sigkill(tmp_path: Path) -> None:
