@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from robot_rl.demos.replay import camera_keys
+from robot_rl.demos.replay import camera_keys, write_video
 from robot_rl.demos.store import EpisodeStore
 
 __all__ = ["export_lerobot", "import_lerobot", "lerobot_name"]
@@ -123,7 +123,7 @@ def export_lerobot(
     pq.write_table(pa.table(columns), data_file)
 
     for c in cams:
-        _write_video(cat[c], out / VIDEO_PATH.format(video_key=names[c], chunk_index=0, file_index=0), fps)
+        write_video(cat[c], out / VIDEO_PATH.format(video_key=names[c], chunk_index=0, file_index=0), fps)
 
     ep_cols: dict[str, Any] = {
         "episode_index": np.arange(n, dtype=np.int64),
@@ -213,19 +213,6 @@ def export_lerobot(
 def _tasks_by_index(tasks: dict[str, int], task_of: list[int]) -> list[str]:
     names = {i: t for t, i in tasks.items()}
     return [names[i] for i in task_of]
-
-
-def _write_video(frames: np.ndarray, path: Path, fps: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    h, w = frames.shape[1:3]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-    if not writer.isOpened():
-        raise RuntimeError(f"opencv cannot write mp4v video {path}")
-    try:
-        for f in frames:
-            writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
-    finally:
-        writer.release()
 
 
 def _read_video(path: Path) -> np.ndarray:

@@ -1,0 +1,203 @@
+"""Transport (issue #4): the DDS data plane next to a raw loopback TCP socket moving the same bytes, measured in
+one run with the sender, echo and receiver in separate processes as actors and learners are.
+
+Run alone: `.venv/bin/python bench/bench_transport.py [child args]` (children re-enter this file).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+from robot_rl.transport import (
+    TransitionReceiver,
+    TransitionSender,
+    TransportConfig,
+    WeightsPublisher,
+    WeightsReceiver,
+    make_transport,
+    typesys,
+)
+from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
+from robot_rl.transport.channels import BATCH_T, encode_batch
+from robot_rl.types import Transition
+
+os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
+BATCH = 16
+ACTION_T = "std_msgs/msg/Float64MultiArray"
+ACK_T = "std_msgs/msg/String"
+
+
+def cfg(name: str, domain: int) -> TransportConfig:
+    return TransportConfig(backend="dds", domain_id=domain, task="bench", node_name=name)
+
+
+def episode(n: int, cams: int, hw: int = 128, seed: int = 0) -> list[Transition]:
+    """Consecutive transitions sharing frames like an Actor produces them (obs[t+1] is next_obs[t])."""
+    rng = np.random.default_rng(seed)
+
+    def obs() -> dict[str, np.ndarray]:
+        o = {"state": rng.standard_normal(13).astype(np.float32)}
+        o.update({f"c{i}": rng.integers(0, 256, (hw, hw, 3), dtype=np.uint8) for i in range(cams)})
+        return o
+
+    cur, out = obs(), []
+    for _ in range(n):
+        nxt = obs()
+        out.append(Transition(cur, rng.uniform(-1, 1, 4).astype(np.float32), 0.0, nxt, False, False))
+        cur = nxt
+    return out
+
+
+def wait_until(pred, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark peer did not show up")
+        time.sleep(0.01)
+
+
+def child(role: str, domain: int, arg: int) -> None:
+    with make_transport(cfg(role, domain)) as tr:
+        if role == "send":
+            tx = TransitionSender(tr, "bench", batch_size=BATCH)
+            eps = episode(arg, cams=int(os.environ["BENCH_CAMS"]))
+            wait_until(lambda: tx.pub.matched() >= 1)
+            for t in eps:
+                tx.add(t)
+            tx.flush()
+            tx.pub.writer.wait_for_acks(10**10)
+        elif role == "echo":
+            sub, pub = tr.subscription("action", ACTION_T), tr.publisher("action_echo", ACTION_T)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if sub.wait(1.0):
+                    for raw in sub.take_raw():
+                        pub.publish_raw(raw)
+        elif role == "weights":
+            rx, ack = WeightsReceiver(tr), tr.publisher("ack", ACK_T)
+            string = typesys.msg_class(ACK_T)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                got = rx.poll(0.05)
+                if got is not None:
+                    ack.publish(string(data=str(got[1])))
+                    if got[1] >= arg:
+                        time.sleep(0.5)
+                        return
+
+
+def spawn(role: str, domain: int, arg: int, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, __file__, role, str(domain), str(arg)], env={**os.environ, **env})
+
+
+def dds_rate(domain: int, n: int, cams: int) -> tuple[float, float]:
+    eps = episode(BATCH, cams)
+    wire = len(typesys.serialize(encode_batch(eps, "bench", "b", 0, 0), BATCH_T)) / BATCH
+    with make_transport(cfg("bench_rx", domain)) as tr:
+        rx = TransitionReceiver(tr)
+        proc = spawn("send", domain, n, BENCH_CAMS=str(cams))
+        first = rx.poll(timeout_s=60.0)
+        t0, got = time.perf_counter(), len(first)
+        while got < n:
+            got += len(rx.poll(timeout_s=5.0))
+        dt = time.perf_counter() - t0
+        proc.wait()
+    return (n - len(first)) / dt, wire
+
+
+def tcp_rate(nbytes: float, n: int) -> float:
+    """The same bytes per transition through a raw loopback socket, no encoding at either end."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    size = int(nbytes * BATCH)
+    code = (f"import socket;s=socket.create_connection(('127.0.0.1',{port}));p=bytes({size})\n"
+            f"for _ in range({n // BATCH}): s.sendall(p)\ns.close()")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    conn, _ = srv.accept()
+    t0, total = time.perf_counter(), 0
+    while chunk := conn.recv(1 << 20):
+        total += len(chunk)
+    dt = time.perf_counter() - t0
+    proc.wait()
+    srv.close()
+    return total / nbytes / dt
+
+
+def action_rtt(domain: int, n: int) -> tuple[float, float]:
+    """An action-sized message to another process and back (Float64MultiArray of 7 values)."""
+    echo = spawn("echo", domain, 0)
+    msg_t = typesys.msg_class(ACTION_T)
+    layout = typesys.msg_class("std_msgs/msg/MultiArrayLayout")(dim=[], data_offset=0)
+    try:
+        with make_transport(cfg("rtt", domain)) as tr:
+            pub, sub = tr.publisher("action", ACTION_T), tr.subscription("action_echo", ACTION_T)
+            wait_until(lambda: pub.matched() >= 1)
+            msg = msg_t(layout=layout, data=np.zeros(7))
+            for _ in range(20):  # until the echo path is matched both ways
+                pub.publish(msg)
+                if sub.wait(0.5) and sub.take_raw():
+                    break
+            rtts = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                pub.publish(msg)
+                while not sub.take_raw():
+                    sub.wait(1.0)
+                rtts.append(time.perf_counter() - t0)
+    finally:
+        echo.kill()
+    return float(np.percentile(rtts, 50) * 1e3), float(np.percentile(rtts, 99) * 1e3)
+
+
+def weights_time(domain: int, n_params: int) -> float:
+    """Learner publish -> an actor process has the verified state dict (ack comes back on a topic)."""
+    proc = spawn("weights", domain, 1)
+    try:
+        with make_transport(cfg("wpub", domain)) as tr:
+            pub, acks = WeightsPublisher(tr, max_chunks=256), tr.subscription("ack", ACK_T)
+            wait_until(lambda: pub.chunks.matched() >= 1 and pub.announce.matched() >= 1)
+            pub.publish({"w": torch.zeros(8)}, 0)  # warm the path
+            wait_until(lambda: any(m.data == "0" for m in acks.take()), 30)
+            sd = {"w": torch.randn(n_params)}
+            t0 = time.perf_counter()
+            pub.publish(sd, 1)
+            wait_until(lambda: any(m.data == "1" for m in acks.take()), 60)
+            return time.perf_counter() - t0
+    finally:
+        proc.wait(timeout=30)
+
+
+def main(quick: bool = False) -> list[dict]:
+    domain = random.randint(100, 200)
+    rows = []
+    for cams, n in ((0, 2000 if quick else 20000), (2, 200 if quick else 2000)):
+        rate, wire = dds_rate(domain, n, cams)
+        (t,) = episode(1, cams)
+        raw = sum(v.nbytes for v in (*t.obs.values(), *t.next_obs.values(), t.action))
+        tcp = tcp_rate(wire, n)
+        rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {BATCH}",
+                     "dds_per_s": rate, "dds_MB_s": rate * wire / 1e6, "tcp_per_s": tcp,
+                     "tcp_MB_s": tcp * wire / 1e6, "fraction_of_tcp": rate / tcp, "goal": 0.7,
+                     "wire_bytes": wire, "raw_array_bytes": raw, "wire_over_raw": wire / raw})  # fmt: skip
+    p50, p99 = action_rtt(domain, 200 if quick else 2000)
+    rows.append({"bench": "action round trip, another process (Float64MultiArray[7])", "p50_ms": p50, "p99_ms": p99})
+    for n in (1_000_000, 20_000_000):
+        rows.append({"bench": f"weights broadcast {n // 1_000_000}M float32 params to an actor process",
+                     "seconds": weights_time(domain, n)})  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4:
+        child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        for r in main(quick="--quick" in sys.argv):
+            print(r)
