@@ -16,9 +16,11 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
+from robot_rl.algos.sac import make_policy
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
 from robot_rl.policies.gaussian import GaussianPolicy
+from robot_rl.sim.envs import make_env, obs_layout
 
 LATEST = "latest"
 
@@ -124,18 +126,12 @@ def load_checkpoint(
 def load_policy(path: Path) -> tuple[GaussianPolicy, TrainConfig]:
     """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
     deployment node and the robot load. Only local paths: nothing is downloaded."""
-    from robot_rl.algos.sac import make_policy
-    from robot_rl.sim.envs import make_env
-
     cfg: TrainConfig = OmegaConf.to_object(
         OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml"))
     )
     env = make_env(cfg.env)
-    space = env.observation_space
-    cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
-    policy = make_policy(
-        cfg.sac, space["state"].shape[0], env.action_space.shape[0], cameras, cfg.env.image_size if cameras else 64
-    )
+    state_dim, cameras, image_size = obs_layout(env)
+    policy = make_policy(cfg.sac, state_dim, env.action_space.shape[0], cameras, image_size or 64)
     weights = load_file(str(path / "model.safetensors"))
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
     env.close()

@@ -167,6 +167,18 @@ def cmd_convert(args: list[str]) -> int:
     return convert_main(args)
 
 
+def cmd_deploy(args: list[str]) -> int:
+    from robot_rl.real.deploy import main as deploy_main
+
+    return deploy_main(args)
+
+
+def cmd_sim_robot(args: list[str]) -> int:
+    from robot_rl.real.sim_robot import main as sim_robot_main
+
+    return sim_robot_main(args)
+
+
 COMMANDS = {
     "train": cmd_train,
     "launch": cmd_launch,
@@ -179,6 +191,8 @@ COMMANDS = {
     "replay": cmd_replay,
     "plot": cmd_plot,
     "convert": cmd_convert,
+    "deploy": cmd_deploy,
+    "sim-robot": cmd_sim_robot,
 }
 
 
@@ -196,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             "  dataset info|validate|merge|split|filter   episode store tools\n"
             "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
             "  plot episode|training|report   PNG plots and the HTML dataset report\n"
-            "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop"
+            "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop\n"
+            "  deploy CHECKPOINT --robot sim|franka|ur5e [--episodes K] [--hz 10] [--record STORE]   run on a robot\n"
+            "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics"
         )
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:

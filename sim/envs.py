@@ -358,6 +358,14 @@ class PandaEnv(gym.Env):
         return d.qpos[ARM_DOFS].copy()
 
 
+def obs_layout(env: gym.Env) -> tuple[int, tuple[str, ...], int]:
+    """(state dim, camera keys, image size) of an env following this module's observation convention."""
+    space = env.observation_space
+    cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
+    size = space[cameras[0]].shape[0] if cameras else 0
+    return space["state"].shape[0], cameras, size
+
+
 def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
     """Build an env; with a seed, its first reset and its action space are seeded."""
     env = PandaEnv(cfg)

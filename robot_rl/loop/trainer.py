@@ -39,7 +39,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
-from robot_rl.sim.envs import make_env
+from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
 
 
@@ -58,14 +58,6 @@ def seed_everything(seed: int) -> None:
 def default_run_dir(cfg: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{stamp}"
-
-
-def obs_layout(env) -> tuple[int, tuple[str, ...], int]:
-    """(state dim, camera keys, image size) from the env's Dict observation space."""
-    space = env.observation_space
-    cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
-    size = space[cameras[0]].shape[0] if cameras else 0
-    return space["state"].shape[0], cameras, size
 
 
 @dataclass

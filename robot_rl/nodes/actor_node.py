@@ -17,8 +17,9 @@ from robot_rl.algos.reward_classifier import RewardClassifier
 from robot_rl.algos.sac import make_policy
 from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import Actor
-from robot_rl.loop.trainer import make_human, make_train_env, obs_layout
+from robot_rl.loop.trainer import make_human, make_train_env
 from robot_rl.nodes.learner_node import node_transport_config
+from robot_rl.sim.envs import obs_layout
 from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys
 from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 

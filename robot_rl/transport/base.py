@@ -36,10 +36,12 @@ class TopicQos:
 ROS_DEFAULT_QOS = TopicQos()  # rmw_qos_profile_default
 
 # Cyclone config for nodes that all live on one machine: unicast discovery to 127.0.0.1 only (`lo` has no
-# MULTICAST flag on many hosts, so SPDP goes to the participant-index ports). Use as CYCLONEDDS_URI.
+# MULTICAST flag on many hosts, so SPDP goes to the participant-index ports), and 64 KB datagrams instead of the
+# 1344-byte fragments sized for Ethernet (loopback's MTU is 64 KB; cyclone's own ddsperf uses the same).
 LOOPBACK_DDS_CONFIG = (
     "<CycloneDDS><Domain Id='any'><General><Interfaces><NetworkInterface name='lo'/></Interfaces>"
-    "<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
+    "<AllowMulticast>false</AllowMulticast><MaxMessageSize>65500B</MaxMessageSize>"
+    "<FragmentSize>65000B</FragmentSize></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
     "<MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers><Peer address='127.0.0.1'/></Peers>"
     "</Discovery></Domain></CycloneDDS>"
 )

@@ -1,0 +1,93 @@
+"""Per-robot configuration: which standard ROS 2 topics carry what, rates, tolerances, limits.
+
+Shipped robots live in `configs/robot/<name>.yaml` (installed as `robot_rl.configs`); any other yaml path works
+too. Loading goes through OmegaConf's structured configs, so a misspelled key fails at start-up, not mid-motion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from robot_rl.real.safety import SafetyConfig
+
+ROBOTS = ("sim", "franka", "ur5e")
+COMMAND_TYPES = ("pose", "twist")
+RESET_MODES = ("topic", "home", "human")
+
+
+@dataclass
+class CameraConfig:
+    name: str = "front"  # observation key; must match the camera names the policy was trained with
+    topic: str = "camera/front/image"
+    compressed: bool = False  # sensor_msgs/CompressedImage (jpeg/png) instead of sensor_msgs/Image
+
+
+@dataclass
+class RobotConfig:
+    name: str = "sim"
+    namespace: str = "/robot_rl"  # relative topic names below resolve under it
+    domain_id: int = 0
+    backend: str = "auto"  # transport backend: rclpy on ROS machines, else the pip-only DDS one
+    # State in: sensor_msgs/JointState + geometry_msgs/PoseStamped of the TCP (+ the tracked object, if any).
+    joint_state_topic: str = "joint_states"
+    ee_pose_topic: str = "ee_pose"
+    object_pose_topic: str = "object_pose"  # "" => the task needs no object state
+    success_topic: str = "success"  # std_msgs/Bool; "" => episodes only end by time (or a human)
+    # Commands out: pose => geometry_msgs/PoseStamped target (Cartesian impedance, Franka style);
+    # twist => geometry_msgs/TwistStamped (servo, UR style). Gripper: std_msgs/Float64 opening, 0 closed .. 1 open.
+    command_type: str = "pose"
+    command_topic: str = "ee_target"
+    gripper_topic: str = "gripper_command"
+    estop_topic: str = "estop"  # std_msgs/Bool, True = stop; both sides latch a hold on it
+    reset_topic: str = "reset"  # std_msgs/Int64 seed, for reset=topic
+    reset_done_topic: str = "reset_done"  # std_msgs/Int64 echo of the seed
+    status_topic: str = "robot_status"  # std_msgs/String from the robot side: "ok" or "hold: <reason>"
+    base_frame: str = "base"
+    ee_frame: str = "tcp"
+    joint_names: list[str] = field(default_factory=list)
+    gripper_joints: list[str] = field(default_factory=list)  # finger joints whose positions add up to the gap
+    gripper_max_width: float = 0.08  # metres of gap when fully open
+    cameras: list[CameraConfig] = field(default_factory=list)
+    image_size: int = 64
+    control_hz: float = 10.0  # default deployment rate (a checkpoint's own rate wins)
+    max_step: float = 0.025  # metres per step at |action| = 1 (overridden by the checkpoint's env config)
+    # Newest state/frames older than `staleness_s` at observation time are an error, as are streams whose
+    # stamps differ by more than `align_tol_s`: a policy never sees a mix of old and new.
+    staleness_s: float = 0.1
+    align_tol_s: float = 0.05
+    reset: str = "topic"  # topic (robot resets itself) | home (scripted move home) | human (wait for Enter)
+    reset_timeout_s: float = 10.0
+    home_pos: tuple[float, float, float] = (0.5, 0.0, 0.15)
+    home_quat: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 0.0)  # w, x, y, z: gripper pointing down
+    max_episode_steps: int = 0  # 0 => the checkpoint's task length
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+
+def robot_config_path(name_or_path: str) -> Path:
+    if name_or_path in ROBOTS:
+        return Path(str(resources.files("robot_rl.configs") / "robot" / f"{name_or_path}.yaml"))
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"robot {name_or_path!r} is neither one of {ROBOTS} nor a yaml file")
+    return path
+
+
+def load_robot_config(name_or_path: str, overrides: list[str] | None = None) -> RobotConfig:
+    """A shipped robot by name (sim | franka | ur5e) or a yaml file, plus `key=value` dotlist overrides."""
+    merged = OmegaConf.merge(
+        OmegaConf.structured(RobotConfig),
+        OmegaConf.load(robot_config_path(name_or_path)),
+        OmegaConf.from_dotlist(list(overrides or [])),
+    )
+    cfg: RobotConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    if cfg.command_type not in COMMAND_TYPES:
+        raise ValueError(f"command_type must be one of {COMMAND_TYPES}, got {cfg.command_type!r}")
+    if cfg.reset not in RESET_MODES:
+        raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
+    s = cfg.safety
+    if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
+        raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")
+    return cfg

@@ -1,0 +1,174 @@
+"""`robot-rl deploy CHECKPOINT --robot sim|franka|ur5e`: run a trained policy on a robot at a fixed rate.
+
+The checkpoint supplies the weights, the normalisation and the training config, from which the observation
+layout, cameras, action scale (`max_step`), control rate and episode length follow, so a robot config only says
+where the topics are. Every command goes through the robot env's `SafetyFilter`. With `--teleop`, a human can take
+over (the device's intervene toggle) and press the device's failure button as an e-stop; `--record` appends
+every episode to a zarr `EpisodeStore` in the same layout as sim demos.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
+from robot_rl.real.timing import percentiles_ms
+
+ESTOP_EVENT = "failure"  # the teleop button that doubles as an e-stop during deployment
+
+
+@dataclass
+class EpisodeLog:
+    steps: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, row: dict[str, Any]) -> None:
+        for k, v in row.items():
+            self.steps.setdefault(k, []).append(np.asarray(v))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.stack(v) for k, v in self.steps.items()}
+
+
+def _status_line(env: RobotEnv, ep: int, t: int, interventions: int, out: Any) -> None:
+    r = env.rate.stats()
+    lat = env.latencies[-20:]
+    out.write(
+        f"\rep {ep} step {t:3d} | {1e3 / r['period_mean_ms'] if r['cycles'] else 0:5.1f} Hz"
+        f" | misses {r['deadline_misses']} | latency {1e3 * float(np.mean(lat)) if lat else 0:5.1f} ms"
+        f" | intervened {interventions} | holds {env.safety.holds}   "
+    )
+    out.flush()
+
+
+def deploy(
+    checkpoint: Path,
+    robot: RobotConfig,
+    episodes: int,
+    hz: float | None = None,
+    record: Path | None = None,
+    teleop: str = "none",
+    seed: int = 2_000_000,
+    status: bool = True,
+) -> dict[str, Any]:
+    """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary."""
+    from robot_rl.sim.envs import make_env
+
+    from robot_rl.checkpoint import load_policy
+
+    policy, cfg = load_policy(checkpoint)
+    if cfg.env.yaw:
+        raise ValueError("deployment supports position-only policies (env.yaw=false)")
+    sim = make_env(cfg.env).unwrapped  # only to read the task's layout and length, never stepped
+    cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
+    robot.max_step = cfg.env.max_step
+    robot.image_size = cfg.env.image_size
+    env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps)
+    sim.close()
+    device = None
+    if teleop != "none":
+        from robot_rl.demos.teleop import make_device, to_action
+
+        device = make_device(teleop)
+    store = None
+    if record is not None:
+        from robot_rl.demos.store import EpisodeStore
+
+        store = EpisodeStore(record, "a")
+    results: list[dict[str, Any]] = []
+    stopped = ""
+    try:
+        for ep in range(episodes):
+            obs, info = env.reset(seed=seed + ep)
+            policy.reset()
+            if device is not None:
+                device.reset()
+            log, done, t, n_int, reason = EpisodeLog(), False, 0, 0, ""
+            start = time.monotonic()
+            while not done:
+                action = policy.select_action(obs, deterministic=True)
+                intervened = False
+                if device is not None:
+                    cmd = device.poll(env)
+                    if ESTOP_EVENT in cmd.events:
+                        env.estop("teleop e-stop button")
+                    if cmd.intervene:
+                        action, intervened = to_action(cmd, 4), True
+                try:
+                    next_obs, reward, terminated, truncated, info = env.step(action)
+                except (SafetyStop, StaleDataError) as e:
+                    reason = f"{type(e).__name__}: {e}"
+                    break
+                log.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
+                         "truncated": truncated, "intervened": intervened})  # fmt: skip
+                obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
+                if status:
+                    _status_line(env, ep, t, n_int, sys.stderr)
+            success = bool(info.get("success", False)) and not reason
+            results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
+                            "interventions": n_int, "aborted": reason})  # fmt: skip
+            if status:
+                sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
+            if store is not None and t > 0:
+                source = "intervention" if n_int else "policy"
+                store.add_episode(log.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
+                                                      "source": source, "task": cfg.env.task, "robot": robot.name},
+                                  final=obs)  # fmt: skip
+            if reason and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
+                stopped = reason
+                break
+    finally:
+        if device is not None:
+            device.close()
+        if store is not None:
+            store.close()
+        env.close()
+    ok = [r for r in results if r["success"]]
+    lat50, lat99 = percentiles_ms(env.latencies)
+    return {
+        "checkpoint": str(checkpoint),
+        "robot": robot.name,
+        "episodes": len(results),
+        "success_rate": float(np.mean([r["success"] for r in results])) if results else float("nan"),
+        "cycle_time_s": float(np.mean([r["seconds"] for r in ok])) if ok else float("nan"),
+        "mean_cycle_steps": float(np.mean([r["steps"] for r in ok])) if ok else float("nan"),
+        "aborted_episodes": sum(bool(r["aborted"]) for r in results),
+        "interventions": sum(r["interventions"] for r in results),
+        "safety_holds": env.safety.holds,
+        "rejected_actions": env.safety.rejected,
+        "control": env.rate.stats(),
+        "latency_p50_ms": lat50,
+        "latency_p99_ms": lat99,
+        "stopped": stopped,
+        "per_episode": results,
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="robot-rl deploy", description="run a checkpoint's policy on a robot")
+    p.add_argument("checkpoint", type=Path, help="a checkpoint folder, e.g. runs/<run>/checkpoints/final")
+    p.add_argument("--robot", default="sim", help="sim | franka | ur5e | path to a robot yaml")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
+    p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
+    p.add_argument("--teleop", default="none", help="none | spacemouse | gamepad | keyboard: human takeover")
+    p.add_argument("--seed", type=int, default=2_000_000, help="first episode seed (reset=topic robots)")
+    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
+    p.add_argument("--quiet", action="store_true", help="no live status line")
+    p.add_argument("overrides", nargs="*", help="robot config overrides, key=value (e.g. safety.max_velocity=0.2)")
+    ns = p.parse_intermixed_args(argv)
+    robot = load_robot_config(ns.robot, ns.overrides)
+    if ns.domain is not None:
+        robot.domain_id = ns.domain
+    if ns.hz is not None and not 1.0 <= ns.hz <= 100.0:
+        p.error("--hz must be within 1..100")
+    summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, ns.teleop, ns.seed, not ns.quiet)
+    print(json.dumps(summary, indent=1))
+    return 0

@@ -1,0 +1,127 @@
+"""Standard ROS 2 messages <-> numpy: the only place that knows ROS field layouts and conventions.
+
+ROS quaternions are (x, y, z, w); everything else in robot_rl (MuJoCo, the safety layer) uses (w, x, y, z).
+Stamps are float seconds on the sender's clock; the deployment assumes the robot PC and the policy PC share
+one clock (same machine, or PTP/chrony synced), since staleness is judged across processes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cv2
+import numpy as np
+
+from robot_rl.transport import typesys
+
+JOINT_STATE = "sensor_msgs/msg/JointState"
+POSE = "geometry_msgs/msg/PoseStamped"
+TWIST = "geometry_msgs/msg/TwistStamped"
+IMAGE = "sensor_msgs/msg/Image"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
+FLOAT64 = "std_msgs/msg/Float64"
+BOOL = "std_msgs/msg/Bool"
+INT64 = "std_msgs/msg/Int64"
+STRING = "std_msgs/msg/String"
+
+
+def _t(ros_type: str) -> Any:
+    return typesys.msg_class(ros_type)
+
+
+def header(stamp: float, frame_id: str) -> Any:
+    sec = math.floor(stamp)
+    return _t("std_msgs/msg/Header")(
+        stamp=_t("builtin_interfaces/msg/Time")(sec=int(sec), nanosec=min(int((stamp - sec) * 1e9), 999_999_999)),
+        frame_id=frame_id,
+    )
+
+
+def stamp_of(msg: Any) -> float:
+    return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+
+
+def pose_stamped(pos: np.ndarray, quat_wxyz: np.ndarray, stamp: float, frame_id: str) -> Any:
+    w, x, y, z = (float(v) for v in quat_wxyz)
+    pose = _t("geometry_msgs/msg/Pose")(
+        position=_t("geometry_msgs/msg/Point")(x=float(pos[0]), y=float(pos[1]), z=float(pos[2])),
+        orientation=_t("geometry_msgs/msg/Quaternion")(x=x, y=y, z=z, w=w),
+    )
+    return _t(POSE)(header=header(stamp, frame_id), pose=pose)
+
+
+def pose_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(position (3,), quaternion w, x, y, z (4,)) as float64."""
+    p, q = msg.pose.position, msg.pose.orientation
+    return np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z])
+
+
+def twist_stamped(linear: np.ndarray, angular: np.ndarray, stamp: float, frame_id: str) -> Any:
+    vec = _t("geometry_msgs/msg/Vector3")
+    twist = _t("geometry_msgs/msg/Twist")(
+        linear=vec(x=float(linear[0]), y=float(linear[1]), z=float(linear[2])),
+        angular=vec(x=float(angular[0]), y=float(angular[1]), z=float(angular[2])),
+    )
+    return _t(TWIST)(header=header(stamp, frame_id), twist=twist)
+
+
+def twist_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
+    lin, ang = msg.twist.linear, msg.twist.angular
+    return np.array([lin.x, lin.y, lin.z]), np.array([ang.x, ang.y, ang.z])
+
+
+def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:
+    return _t(JOINT_STATE)(
+        header=header(stamp, ""),
+        name=list(names),
+        position=np.asarray(pos, np.float64),
+        velocity=np.asarray(vel, np.float64),
+        effort=np.zeros(0),
+    )
+
+
+def joint_positions(msg: Any, names: list[str]) -> np.ndarray:
+    """Positions in `names` order (drivers publish joints in any order); a missing joint is NaN, i.e. invalid."""
+    index = {n: i for i, n in enumerate(msg.name)}
+    pos = np.asarray(msg.position, np.float64)
+    return np.array([pos[index[n]] if n in index and index[n] < len(pos) else np.nan for n in names])
+
+
+def scalar(ros_type: str, value: float | bool | int) -> Any:
+    return _t(ros_type)(data=value)
+
+
+def string(text: str) -> Any:
+    return _t(STRING)(data=text)
+
+
+def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
+    h, w, _ = rgb.shape
+    return _t(IMAGE)(
+        header=header(stamp, frame_id), height=h, width=w, encoding="rgb8", is_bigendian=0, step=3 * w,
+        data=np.ascontiguousarray(rgb, np.uint8).reshape(-1),
+    )  # fmt: skip
+
+
+def decode_image(msg: Any, compressed: bool, size: int) -> np.ndarray:
+    """uint8 RGB (size, size, 3) from Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (jpeg/png)."""
+    data = np.asarray(msg.data, np.uint8)
+    if compressed:
+        bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f"cannot decode compressed image (format {msg.format!r})")
+        rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    else:
+        channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+        if msg.encoding not in channels:
+            raise ValueError(f"unsupported image encoding {msg.encoding!r}; expected one of {sorted(channels)}")
+        c = channels[msg.encoding]
+        rows = data.reshape(msg.height, msg.step)[:, : msg.width * c]
+        img = rows.reshape(msg.height, msg.width, c)
+        conv = {"bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB, "bgra8": cv2.COLOR_BGRA2RGB,
+                "mono8": cv2.COLOR_GRAY2RGB}.get(msg.encoding)  # fmt: skip
+        rgb = cv2.cvtColor(img, conv) if conv is not None else img
+    if rgb.shape[:2] != (size, size):
+        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(rgb)

@@ -1,0 +1,336 @@
+"""`RobotEnv`: a gymnasium env over a robot's standard ROS 2 topics, with the sim task's observation layout.
+
+Per step: the action [dx, dy, dz, gripper] in [-1, 1] becomes a target `measured TCP + action * max_step` (SERL's
+relative-frame actions; the sim env does the same) and a gripper opening `(1 - gripper) / 2`; the `SafetyFilter`
+turns that into the command that is published; the env then sleeps to the next absolute deadline and assembles the
+observation from the newest messages. Every stream used in an observation must be younger than
+`cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
+a policy never acts on old data. A latched safety fault (e-stop, watchdog, limits) raises `SafetyStop` after
+the hold command went out; `reset()` clears it once the e-stop is released.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from robot_rl.real import msgs
+from robot_rl.real.config import RobotConfig
+from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
+from robot_rl.real.timing import RateKeeper
+
+from robot_rl.transport import LATCHED_QOS, TopicQos, Transport, TransportConfig, make_transport
+
+# Best-effort readers match both best-effort (camera drivers) and reliable writers; old samples are useless.
+SENSOR_QOS = TopicQos(reliable=False, depth=5)
+COMMAND_QOS = TopicQos(reliable=True, depth=1)
+OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
+STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", *OBJECT_FIELDS)
+
+
+class StaleDataError(RuntimeError):
+    """A stream needed for the observation is missing, too old, or out of step with the others."""
+
+
+class SafetyStop(RuntimeError):
+    """The safety layer latched a hold (e-stop, watchdog, limit fault); a reset (and a human) must clear it."""
+
+
+def _yaw(quat_wxyz: np.ndarray) -> float:
+    w, x, y, z = quat_wxyz
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def _ee_yaw_sin_cos(q: np.ndarray) -> np.ndarray:
+    """[R10, R00] of the TCP rotation matrix, the sim env's `ee_yaw_sin_cos`."""
+    w, x, y, z = q / np.linalg.norm(q)
+    return np.array([2.0 * (x * y + w * z), 1.0 - 2.0 * (y * y + z * z)])
+
+
+class RobotEnv(gym.Env):
+    """One robot behind its topics. `state_layout` is the sim task's (`PandaEnv.state_layout`), `cameras` the image
+    keys the policy reads; both come from the checkpoint so observations line up with training by construction."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        cfg: RobotConfig,
+        state_layout: dict[str, slice],
+        cameras: tuple[str, ...] = (),
+        hz: float | None = None,
+        max_episode_steps: int = 50,
+        transport: Transport | None = None,
+        node_name: str = "robot_rl_deploy",
+    ) -> None:
+        unknown = set(state_layout) - set(STATE_FIELDS)
+        if unknown:
+            raise ValueError(f"cannot assemble state fields {sorted(unknown)} from robot topics; know {STATE_FIELDS}")
+        cams = {c.name: c for c in cfg.cameras}
+        if missing := [c for c in cameras if c not in cams]:
+            raise ValueError(f"policy needs cameras {missing}, robot config {cfg.name!r} has {sorted(cams)}")
+        self.cfg = cfg
+        self.layout = dict(state_layout)
+        self.hz = hz or cfg.control_hz
+        self.dt = 1.0 / self.hz
+        self.max_step = cfg.max_step
+        self.max_episode_steps = cfg.max_episode_steps or max_episode_steps
+        self.home_quat = np.asarray(cfg.home_quat, np.float64)
+        self.safety = SafetyFilter(cfg.safety, self.dt)
+        self.rate = RateKeeper(self.hz)
+        self.tx = transport or make_transport(
+            TransportConfig(backend=cfg.backend, domain_id=cfg.domain_id, namespace=cfg.namespace, node_name=node_name)
+        )
+        self._own_transport = transport is None
+        self._needs_object = bool(set(state_layout) & set(OBJECT_FIELDS))
+        if self._needs_object and not cfg.object_pose_topic:
+            raise ValueError("the policy observes the object but the robot config has no object_pose_topic")
+        # Streams that make up an observation: key -> (subscription, has a header stamp).
+        self._subs: dict[str, Any] = {
+            "joints": self.tx.subscription(cfg.joint_state_topic, msgs.JOINT_STATE, SENSOR_QOS),
+            "ee": self.tx.subscription(cfg.ee_pose_topic, msgs.POSE, SENSOR_QOS),
+        }
+        if self._needs_object:
+            self._subs["object"] = self.tx.subscription(cfg.object_pose_topic, msgs.POSE, SENSOR_QOS)
+        self._cams = {c: cams[c] for c in cameras}
+        for name, cam in self._cams.items():
+            kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
+            self._subs[f"camera:{name}"] = self.tx.subscription(cam.topic, kind, SENSOR_QOS)
+        if cfg.success_topic:
+            self._subs["success"] = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
+        self._estop_sub = self.tx.subscription(cfg.estop_topic, msgs.BOOL)
+        self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
+        cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
+        self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
+        self._grip_pub = self.tx.publisher(cfg.gripper_topic, msgs.FLOAT64, COMMAND_QOS)
+        self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
+        self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
+        self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
+        self._reset_done: list[tuple[int, float]] = []
+        self._estop_pressed = False
+        self._prev_tcp: tuple[np.ndarray, float] | None = None
+        self._t = 0
+        self.latencies: list[float] = []  # state stamp -> command publication, seconds
+
+        n_state = max(s.stop for s in self.layout.values())
+        spaces: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(-np.inf, np.inf, (n_state,), np.float32)}
+        for c in cameras:
+            spaces[c] = gym.spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+    # ------------------------------------------------------------------------------------------- streams
+
+    def _poll(self) -> None:
+        now = time.time()
+        for key, sub in self._subs.items():
+            got = sub.take()
+            if got:
+                self._latest[key] = (got[-1], now)
+        for m in self._estop_sub.take():
+            self._estop_pressed = bool(m.data)
+            if self._estop_pressed:
+                self.safety.estop("estop topic")
+        for m in self._reset_done_sub.take():
+            self._reset_done.append((int(m.data), now))
+
+    def _stamp(self, key: str) -> float:
+        msg, received = self._latest[key]
+        return received if key == "success" else msgs.stamp_of(msg)
+
+    def _check_fresh(self, keys: list[str], now: float) -> None:
+        missing = [k for k in keys if k not in self._latest]
+        if missing:
+            raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
+        stamps = {k: self._stamp(k) for k in keys}
+        for k, s in stamps.items():
+            if now - s > self.cfg.staleness_s:
+                raise StaleDataError(
+                    f"{self._topic(k)}: newest message is {now - s:.3f}s old (tolerance {self.cfg.staleness_s}s)"
+                )
+        stamped = {k: s for k, s in stamps.items() if k != "success"}
+        if stamped and max(stamped.values()) - min(stamped.values()) > self.cfg.align_tol_s:
+            spread = max(stamped.values()) - min(stamped.values())
+            tol = self.cfg.align_tol_s
+            raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (tolerance {tol}s)")
+
+    def _topic(self, key: str) -> str:
+        return self._subs[key].topic
+
+    def robot_state(self) -> RobotState | None:
+        """The newest measured state for the safety layer (None before the first pose/joint messages)."""
+        if "ee" not in self._latest or "joints" not in self._latest:
+            return None
+        ee, joints = self._latest["ee"][0], self._latest["joints"][0]
+        pos, quat = msgs.pose_of(ee)
+        gap = msgs.joint_positions(joints, self.cfg.gripper_joints).sum() if self.cfg.gripper_joints else math.nan
+        return RobotState(
+            pos, quat, float(gap / self.cfg.gripper_max_width), msgs.joint_positions(joints, self.cfg.joint_names),
+            msgs.stamp_of(ee),
+        )  # fmt: skip
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        keys = [k for k in self._subs if k != "success"]
+        self._check_fresh(keys, time.time())
+        state = self.robot_state()
+        assert state is not None  # _check_fresh saw both streams
+        tcp, stamp = state.tcp_pos, state.stamp
+        if self._prev_tcp is None:
+            vel = np.zeros(3)
+        else:
+            prev, prev_stamp = self._prev_tcp
+            vel = (tcp - prev) / max(stamp - prev_stamp, 0.5 * self.dt)
+        self._prev_tcp = (tcp, stamp)
+        parts: dict[str, np.ndarray] = {
+            "tcp_pos": tcp,
+            "ee_yaw_sin_cos": _ee_yaw_sin_cos(state.tcp_quat),
+            "gripper_opening": np.array([state.gripper]),
+            "tcp_vel": vel,
+        }
+        if self._needs_object:
+            obj, obj_quat = msgs.pose_of(self._latest["object"][0])
+            yaw4 = 4.0 * _yaw(obj_quat)
+            parts["cube_pos"], parts["cube_minus_tcp"] = obj, obj - tcp
+            parts["cube_yaw4_sin_cos"] = np.array([math.sin(yaw4), math.cos(yaw4)])
+        vec = np.zeros(self.observation_space["state"].shape, np.float32)
+        for name, sl in self.layout.items():
+            vec[sl] = parts[name]
+        if not np.isfinite(vec).all():
+            raise StaleDataError(f"robot state contains NaN/inf: {vec}")
+        obs = {"state": vec}
+        for name, cam in self._cams.items():
+            obs[name] = msgs.decode_image(self._latest[f"camera:{name}"][0], cam.compressed, self.cfg.image_size)
+        return obs
+
+    def _success(self) -> bool:
+        if "success" not in self._subs:
+            return False
+        self._check_fresh(["success"], time.time())
+        return bool(self._latest["success"][0].data)
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    def publish(self, cmd: SafeCommand) -> None:
+        """Send a filtered command; a hold without a valid pose sends no pose (servo: zero twist)."""
+        now = time.time()
+        if self.cfg.command_type == "twist":
+            self._cmd_pub.publish(msgs.twist_stamped(cmd.linear_vel, cmd.angular_vel, now, self.cfg.base_frame))
+        elif cmd.target_pos is not None:
+            self._cmd_pub.publish(msgs.pose_stamped(cmd.target_pos, cmd.target_quat, now, self.cfg.base_frame))
+        if cmd.gripper is not None:
+            self._grip_pub.publish(msgs.scalar(msgs.FLOAT64, cmd.gripper))
+
+    def command_target(self, pos: np.ndarray, gripper_opening: float, poll: bool = True) -> SafeCommand:
+        """Filter and send a TCP target (home orientation); used by steps and by the scripted home move."""
+        if poll:
+            self._poll()
+        state = self.robot_state()
+        now = time.time()
+        cmd = self.safety.hold(None, "no_robot_state") if state is None else self.safety.filter(
+            pos, self.home_quat, gripper_opening, state, now
+        )  # fmt: skip
+        self.publish(cmd)
+        if state is not None:
+            self.latencies.append(time.time() - state.stamp)
+        return cmd
+
+    def estop(self, reason: str = "estop") -> None:
+        """Latch a hold here and tell the robot side (latched topic, so late joiners see it too)."""
+        self.safety.estop(reason)
+        self._estop_pub.publish(msgs.scalar(msgs.BOOL, True))
+
+    # ------------------------------------------------------------------------------------------- gym API
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (4,):
+            raise ValueError(f"action must have shape (4,), got {a.shape}")
+        self._poll()  # the delta is taken from the newest measured TCP, as in the sim env
+        state = self.robot_state()
+        tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
+        target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
+        cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
+        if (reason := self.safety.latched) is not None:
+            if reason.startswith("stale_state"):
+                raise StaleDataError(f"robot state is stale ({reason}); holding")
+            raise SafetyStop(reason)
+        if state is None:
+            raise StaleDataError("no robot state received yet")
+        self.rate.sleep()
+        self._poll()
+        obs = self._observe()
+        self._t += 1
+        success = self._success()
+        truncated = not success and self._t >= self.max_episode_steps
+        info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
+        return obs, float(success), success, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        self._poll()
+        if self._estop_pressed:
+            raise SafetyStop("e-stop is pressed; release it (publish False on the estop topic) to continue")
+        self.safety.reset()
+        if seed is None:
+            seed = int(self.np_random.integers(0, 2**31))
+        if self.cfg.reset == "topic":
+            self._reset_via_topic(seed)
+        elif self.cfg.reset == "home":
+            self._move_home()
+        else:
+            input(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
+        since = time.time()
+        self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "fresh state")
+        self.safety.reset()
+        self._prev_tcp = None
+        self._t = 0
+        obs = self._observe()
+        self.rate.restart()
+        return obs, {"success": self._success()}
+
+    def _wait_for(self, pred: Any, what: str) -> None:
+        deadline = time.monotonic() + self.cfg.reset_timeout_s
+        while not pred():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"[{self.cfg.name}] no {what} within {self.cfg.reset_timeout_s}s")
+            time.sleep(0.002)
+            self._poll()
+
+    def _reset_via_topic(self, seed: int) -> None:
+        """The robot side resets itself (the sim robot re-seeds its scene) and echoes the seed when done."""
+        self._wait_for(lambda: self._reset_pub.matched() > 0, f"subscriber on {self._reset_pub.topic}")
+        self._reset_done.clear()
+        last_request = 0.0
+
+        def done() -> bool:
+            # Re-ask every second: right after discovery the robot's reset_done writer may not see us yet.
+            nonlocal last_request
+            if time.monotonic() - last_request > 1.0:
+                self._reset_pub.publish(msgs.scalar(msgs.INT64, seed))
+                last_request = time.monotonic()
+            return any(s == seed for s, _ in self._reset_done)
+
+        self._wait_for(done, f"reset_done {seed}")
+
+    def _move_home(self) -> None:
+        """Scripted move to `home_pos` with the gripper open, every step through the safety layer."""
+        self._wait_for(lambda: self.robot_state() is not None, "robot state")
+        home = np.asarray(self.cfg.home_pos, np.float64)
+        rate = RateKeeper(self.hz)
+        deadline = time.monotonic() + self.cfg.reset_timeout_s
+        while np.linalg.norm(self.robot_state().tcp_pos - home) > 0.005:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"[{self.cfg.name}] home {home.tolist()} not reached in {self.cfg.reset_timeout_s}s")
+            self.command_target(home, 1.0)
+            if self.safety.latched is not None:
+                raise SafetyStop(self.safety.latched)
+            rate.sleep()
+
+    def close(self) -> None:
+        if self._own_transport:
+            self.tx.close()

@@ -1,0 +1,280 @@
+"""`robot-rl sim-robot`: the MuJoCo PickCube arm behind the same ROS 2 topics and types as a real robot.
+
+What runs: one fixed-rate loop (`physics_hz`, default 100 Hz, real time) that drains the command topics, applies
+each command `latency_s` after it arrived, advances the sim env by one tick and publishes the robot state
+(`sensor_msgs/JointState`, TCP `geometry_msgs/PoseStamped`), the cube pose (`PoseStamped` on `object_pose`: a
+tracker's job on a real cell), `std_msgs/Bool` success, `std_msgs/String` status and optionally camera frames
+(`sensor_msgs/Image`, rendered at `camera_hz`).
+
+How the arm is driven: through the env's own `step`, built at `control_hz = physics_hz` with a large `max_step`, so
+that each tick's action `(target - tcp) / max_step` puts the env's mocap target exactly on the commanded TCP
+target. Physics, gripper, success and domain randomisation (friction, mass, damping, camera pose via
+`RandomizationConfig`, re-sampled at every reset) are therefore the training env's, not a re-implementation.
+
+Robot-side safety, independent of the policy side: non-finite commands are ignored; no Cartesian command for
+`command_timeout_s` after the first one (policy process died, network down) or an e-stop freezes the target at the
+TCP's current position, latched until the next reset request (`std_msgs/Int64` seed on `reset`, answered on
+`reset_done` once the new scene is published).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import mujoco
+import numpy as np
+from robot_rl.real import msgs
+from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.robot import COMMAND_QOS, SENSOR_QOS
+from robot_rl.real.safety import Watchdog
+from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.randomization import RandomizationConfig
+
+from robot_rl.transport import Transport, TransportConfig, make_transport
+
+log = logging.getLogger("robot_rl.sim_robot")
+_ENV_MAX_STEP = 0.2  # metres: far above any safe per-tick motion, so the env never clips a commanded target
+
+
+@dataclass
+class SimRobotConfig:
+    task: str = "PickCube"
+    physics_hz: float = 100.0  # loop rate: commands are picked up and state published once per tick
+    latency_s: float = 0.0  # a command takes effect this long after it arrived
+    noise_std: float = 0.0  # metres of Gaussian noise on the published TCP and object positions
+    command_timeout_s: float = 0.25  # robot-side watchdog on the Cartesian command stream
+    cameras: tuple[str, ...] = ()  # render and publish these model cameras (topic from the robot config)
+    camera_hz: float = 10.0
+    image_size: int = 64
+    seed: int = 0
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+
+class SimRobot:
+    """One simulated arm; `tick()` is one loop iteration (tests and benchmarks may drive it directly)."""
+
+    def __init__(self, cfg: SimRobotConfig, robot: RobotConfig, transport: Transport | None = None) -> None:
+        self.cfg, self.robot = cfg, robot
+        rand = dataclasses.replace(cfg.randomization, action_latency=0)  # latency is modelled here, in seconds
+        self.env = make_env(
+            EnvConfig(
+                task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP,
+                max_episode_steps=2**62, terminate_on_success=False, randomization=rand,
+            ),
+            seed=cfg.seed,
+        )  # fmt: skip
+        u = self.env.unwrapped
+        self.model, self.data = u.model, u.data
+        self._tcp_site = self.model.site("tcp").id
+        self._object = self.model.body("cube" if cfg.task == "PickCube" else "peg").id
+        names = robot.joint_names + robot.gripper_joints
+        self._joint_names = names
+        self._qadr = np.array([self.model.joint(n).qposadr[0] for n in names])
+        self._dadr = np.array([self.model.joint(n).dofadr[0] for n in names])
+        # The env clips its mocap target to the task workspace itself; this only bounds twist integration.
+        self._ws_lo, self._ws_hi = np.asarray(robot.safety.workspace_lo), np.asarray(robot.safety.workspace_hi)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.watchdog = Watchdog(0.0, cfg.command_timeout_s)
+        self.tx = transport or make_transport(
+            TransportConfig(backend=robot.backend, domain_id=robot.domain_id, namespace=robot.namespace,
+                            node_name="sim_robot")
+        )  # fmt: skip
+        self._own_transport = transport is None
+        cmd_type = msgs.POSE if robot.command_type == "pose" else msgs.TWIST
+        self._cmd_sub = self.tx.subscription(robot.command_topic, cmd_type, COMMAND_QOS)
+        self._grip_sub = self.tx.subscription(robot.gripper_topic, msgs.FLOAT64, COMMAND_QOS)
+        self._reset_sub = self.tx.subscription(robot.reset_topic, msgs.INT64)
+        self._estop_sub = self.tx.subscription(robot.estop_topic, msgs.BOOL)
+        self._pubs = {
+            "joints": self.tx.publisher(robot.joint_state_topic, msgs.JOINT_STATE, SENSOR_QOS),
+            "ee": self.tx.publisher(robot.ee_pose_topic, msgs.POSE, SENSOR_QOS),
+            "object": self.tx.publisher(robot.object_pose_topic or "object_pose", msgs.POSE, SENSOR_QOS),
+            "success": self.tx.publisher(robot.success_topic or "success", msgs.BOOL, SENSOR_QOS),
+            "status": self.tx.publisher(robot.status_topic, msgs.STRING),
+            "reset_done": self.tx.publisher(robot.reset_done_topic, msgs.INT64),
+        }
+        cams = {c.name: c for c in robot.cameras}
+        self._cam_pubs = {c: self.tx.publisher(cams[c].topic if c in cams else f"camera/{c}/image", msgs.IMAGE,
+                                               SENSOR_QOS) for c in cfg.cameras}  # fmt: skip
+        self._renderer = None
+        if cfg.cameras:
+            from robot_rl.sim.rendering import CameraRenderer
+
+            self._renderer = CameraRenderer(self.model, tuple(cfg.cameras), cfg.image_size)
+        self._next_frame = 0.0
+        self._pending: deque[tuple[float, str, Any]] = deque()  # (apply at, kind, message)
+        self._twist = np.zeros(3)
+        self.hold_reason: str | None = None
+        self._status = ""
+        self._status_sent = 0.0
+        self.ticks = 0
+        self._reset_scene(cfg.seed)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def tcp(self) -> np.ndarray:
+        return self.data.site_xpos[self._tcp_site].copy()
+
+    def _reset_scene(self, seed: int) -> None:
+        _, info = self.env.reset(seed=seed)
+        self._success = bool(info["success"])
+        self._target = self.tcp()
+        self._gripper = 1.0
+        self._twist[:] = 0.0
+        self._pending.clear()
+        self.watchdog.reset()
+        self.hold_reason = None
+        self._reset_time = time.time()
+
+    def _hold(self, reason: str) -> None:
+        """Freeze the target where the TCP is now: the arm stops within this tick, whatever was commanded."""
+        if self.hold_reason is None:
+            self.hold_reason = reason
+            self._target = self.tcp()
+            self._twist[:] = 0.0
+            self._pending.clear()
+            log.warning("holding: %s", reason)
+
+    def _drain(self, now: float) -> None:
+        for m in self._estop_sub.take():
+            if m.data:
+                self.watchdog.trip("estop")
+        for m in self._cmd_sub.take():
+            if msgs.stamp_of(m) >= self._reset_time:  # a late command from the previous episode must not act
+                self.watchdog.feed_action(now)
+                self._pending.append((now + self.cfg.latency_s, "cmd", m))
+        for m in self._grip_sub.take():
+            self._pending.append((now + self.cfg.latency_s, "gripper", m))
+        for m in self._reset_sub.take():  # after the commands: a reset drops whatever was still pending
+            self._reset_scene(int(m.data))
+            self._publish_state(time.time())
+            self._pubs["reset_done"].publish(msgs.scalar(msgs.INT64, int(m.data)))
+
+    def _apply_due(self, now: float) -> None:
+        while self._pending and self._pending[0][0] <= now:
+            _, kind, m = self._pending.popleft()
+            if self.hold_reason is not None:
+                continue
+            if kind == "gripper":
+                if np.isfinite(m.data):
+                    self._gripper = float(np.clip(m.data, 0.0, 1.0))
+            elif self.robot.command_type == "pose":
+                pos, _ = msgs.pose_of(m)
+                if np.isfinite(pos).all():
+                    self._target = pos
+            else:
+                lin, _ = msgs.twist_of(m)
+                if np.isfinite(lin).all():
+                    self._twist = lin
+
+    def _publish_state(self, stamp: float) -> None:
+        d, r = self.data, self.robot
+        tcp = self.tcp() + self.rng.normal(0.0, self.cfg.noise_std, 3) * (self.cfg.noise_std > 0)
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, d.site_xmat[self._tcp_site])
+        obj = d.xpos[self._object] + self.rng.normal(0.0, self.cfg.noise_std, 3) * (self.cfg.noise_std > 0)
+        self._pubs["joints"].publish(msgs.joint_state(self._joint_names, d.qpos[self._qadr], d.qvel[self._dadr], stamp))
+        self._pubs["ee"].publish(msgs.pose_stamped(tcp, quat, stamp, r.base_frame))
+        self._pubs["object"].publish(msgs.pose_stamped(obj, d.xquat[self._object], stamp, r.base_frame))
+        self._pubs["success"].publish(msgs.scalar(msgs.BOOL, self._success))
+        if self._renderer is not None and stamp >= self._next_frame:
+            self._next_frame = stamp + 1.0 / self.cfg.camera_hz
+            for name, img in self._renderer.render(d).items():
+                self._cam_pubs[name].publish(msgs.image_msg(img, stamp, name))
+
+    def _publish_status(self, now: float) -> None:
+        status = "ok" if self.hold_reason is None else f"hold: {self.hold_reason}"
+        if status != self._status or now - self._status_sent > 0.5:
+            self._pubs["status"].publish(msgs.string(status))
+            self._status, self._status_sent = status, now
+
+    # --------------------------------------------------------------------------------------------- loop
+
+    def tick(self) -> None:
+        now = time.time()
+        self._drain(now)
+        if not self.watchdog.check(now):
+            self._hold(self.watchdog.latched or "watchdog")
+        self._apply_due(now)
+        if self.hold_reason is None and self.robot.command_type == "twist":
+            self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, self._ws_lo, self._ws_hi)
+        tcp = self.tcp()
+        action = np.empty(4)
+        action[:3] = np.clip((self._target - tcp) / _ENV_MAX_STEP, -1.0, 1.0)
+        action[3] = 1.0 - 2.0 * self._gripper  # the env's finger target is FINGER_OPEN * (1 - a) / 2
+        self._success = bool(self.env.step(action)[4]["success"])
+        self.ticks += 1
+        stamp = time.time()
+        self._publish_state(stamp)
+        self._publish_status(stamp)
+
+    def run(self, stop: threading.Event, duration_s: float = 0.0) -> None:
+        """Tick at `physics_hz` on absolute deadlines until `stop` is set (or `duration_s` passed)."""
+        from robot_rl.real.timing import RateKeeper
+
+        rate = RateKeeper(self.cfg.physics_hz)
+        end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
+        while not stop.is_set() and time.monotonic() < end:
+            self.tick()
+            rate.sleep()
+        log.info("sim robot stopped after %d ticks; %s", self.ticks, rate.stats())
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+        self.env.close()
+        if self._own_transport:
+            self.tx.close()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="robot-rl sim-robot", description="serve the MuJoCo arm on robot topics")
+    p.add_argument("--robot", default="sim", help="robot config (topics, frames): sim | franka | ur5e | file.yaml")
+    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
+    p.add_argument("--task", default="PickCube")
+    p.add_argument("--hz", type=float, default=100.0, help="physics/publish rate")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds between a command arriving and acting")
+    p.add_argument("--noise", type=float, default=0.0, help="metres of noise on published positions")
+    p.add_argument("--command-timeout", type=float, default=0.25, help="hold when commands stop this long")
+    p.add_argument("--cameras", default="", help="comma-separated model cameras to publish, e.g. front,wrist")
+    p.add_argument("--camera-hz", type=float, default=10.0)
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--friction", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
+    p.add_argument("--mass", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
+    p.add_argument("--damping", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
+    p.add_argument("--camera-jitter", type=float, nargs=2, default=(0.0, 0.0), metavar=("POS_M", "ROT_RAD"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
+    p.add_argument("overrides", nargs="*", help="robot config overrides, key=value")
+    ns = p.parse_intermixed_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s sim-robot %(levelname)s %(message)s")
+    robot = load_robot_config(ns.robot, ns.overrides)
+    if ns.domain is not None:
+        robot.domain_id = ns.domain
+    rand = RandomizationConfig(
+        friction_scale=tuple(ns.friction), mass_scale=tuple(ns.mass), damping_scale=tuple(ns.damping),
+        camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1],
+    )  # fmt: skip
+    cfg = SimRobotConfig(
+        task=ns.task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
+        cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
+        seed=ns.seed, randomization=rand,
+    )  # fmt: skip
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    node = SimRobot(cfg, robot)
+    log.info("serving %s on domain %d, namespace %s at %.0f Hz", cfg.task, robot.domain_id, robot.namespace, ns.hz)
+    try:
+        node.run(stop, ns.duration)
+    finally:
+        node.close()
+    return 0

@@ -1,0 +1,159 @@
+"""The sim robot and the deployment node as separate processes over the pip-only DDS backend on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import spawn, stop, wait_until
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.real import msgs
+from robot_rl.real.config import load_robot_config
+from robot_rl.real.robot import SENSOR_QOS, RobotEnv, SafetyStop, StaleDataError
+from robot_rl.sim.envs import EnvConfig, make_env
+
+from robot_rl.evaluation import evaluate_checkpoint
+from robot_rl.transport import TransportConfig, make_transport
+
+pytestmark = pytest.mark.slow
+EPISODES = 8
+
+
+def spy_transport(domain: int):
+    return make_transport(TransportConfig(backend="dds", domain_id=domain, node_name="spy"))
+
+
+def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: int, tmp_path: Path) -> None:
+    sim = spawn("sim-robot", "--domain", str(domain))
+    try:
+        dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
+                    "--record", str(tmp_path / "store"), "--quiet", "reset_timeout_s=60")  # fmt: skip
+        out, err = dep.communicate(timeout=240)
+        assert dep.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads(out)
+    direct = evaluate_checkpoint(checkpoint, EPISODES)  # same seeds as deploy's default
+    print(f"\nsuccess over DDS {summary['success_rate']:.2f} vs direct sim {direct['success_rate']:.2f}; "
+          f"control {summary['control']}; latency p50/p99 {summary['latency_p50_ms']:.1f}/"
+          f"{summary['latency_p99_ms']:.1f} ms")  # fmt: skip
+    assert summary["episodes"] == EPISODES and summary["aborted_episodes"] == 0
+    assert abs(summary["success_rate"] - direct["success_rate"]) <= 0.25
+    assert summary["control"]["deadline_misses"] <= 0.05 * summary["control"]["cycles"]
+    with EpisodeStore(tmp_path / "store") as store:
+        assert len(store) == EPISODES
+        assert [store.meta(i)["success"] for i in range(EPISODES)] == [r["success"] for r in summary["per_episode"]]
+        ep = store.episode(0)
+        assert ep["state"].shape[1:] == (13,) and ep["action"].shape[1:] == (4,) and not ep["intervened"].any()
+
+
+def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(checkpoint: Path, domain: int) -> None:
+    timeout, period = 0.2, 0.1  # robot-side command watchdog (2 periods: loaded CI boxes jitter); 10 Hz policy
+    sim = spawn("sim-robot", "--domain", str(domain), "--command-timeout", str(timeout))
+    tx = spy_transport(domain)
+    cfg = load_robot_config("sim")
+    cmds = tx.subscription(cfg.command_topic, msgs.POSE)
+    status = tx.subscription(cfg.status_topic, msgs.STRING)
+    poses = tx.subscription(cfg.ee_pose_topic, msgs.POSE, SENSOR_QOS)  # best effort, like the sim robot's writer
+    dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", "50", "--quiet",
+                "reset_timeout_s=60")  # fmt: skip
+    cmd_times: list[float] = []
+    tcp: list[tuple[float, np.ndarray]] = []
+    holds: list[float] = []
+
+    def collect() -> None:
+        now = time.monotonic()
+        cmd_times.extend(now for _ in cmds.take())
+        tcp.extend((now, msgs.pose_of(m)[0]) for m in poses.take())
+        holds.extend(now for m in status.take() if m.data.startswith("hold: no_action"))
+
+    def moving() -> bool:
+        collect()
+        recent = [p for t, p in tcp if t > tcp[-1][0] - 0.05] if tcp else []
+        return len(cmd_times) >= 3 and len(recent) >= 2 and np.linalg.norm(recent[-1] - recent[0]) > 0.05 * 0.05
+
+    try:
+        wait_until(moving, 60, "the deployed policy to move the arm")
+        dep.send_signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            collect()
+            time.sleep(0.002)
+    finally:
+        stop(dep, sim)
+        tx.close()
+    assert holds, "the sim robot never reported holding after the policy process died"
+    t_last, t_hold = cmd_times[-1], holds[0]
+    print(f"\nlast command -> hold: {1e3 * (t_hold - t_last):.0f} ms (timeout {1e3 * timeout:.0f} ms)")
+    assert t_hold > t_kill, "the robot held while the policy was still running"
+    # The hold comes once the command deadline has passed, and within one control period of it.
+    assert timeout - 0.02 <= t_hold - t_last <= timeout + period
+    # Held means still: after settling, the TCP stays put (no drift towards the last target or anywhere else).
+    after = np.array([p for t, p in tcp if t > t_hold + 0.3])
+    assert len(after) > 10 and np.ptp(after, axis=0).max() < 0.003
+    at_hold = min(tcp, key=lambda tp: abs(tp[0] - t_hold))[1]
+    assert np.linalg.norm(after[-1] - at_hold) < 0.03
+
+
+def test_bad_inputs_never_put_a_command_outside_the_limits_on_the_wire(domain: int) -> None:
+    sim = spawn("sim-robot", "--domain", str(domain))
+    cfg = load_robot_config("sim", [f"domain_id={domain}", "backend=dds", "reset_timeout_s=60"])
+    tx = spy_transport(domain)
+    wire = tx.subscription(cfg.command_topic, msgs.POSE)
+    grip = tx.subscription(cfg.gripper_topic, msgs.FLOAT64)
+    ref = make_env(EnvConfig())
+    env = RobotEnv(cfg, ref.unwrapped.state_layout, hz=10.0, max_episode_steps=10_000, node_name="bad_inputs")
+    ref.close()
+    # (command target, TCP measured before the step); the env may use a TCP up to one state message newer.
+    received: list[tuple[np.ndarray, np.ndarray]] = []
+    grips: list[float] = []
+    nan, inf = float("nan"), float("inf")
+    bad = [[nan, 0, 0, 0], [0, inf, 0, -inf], [1e308, -1e308, 1e308, 1e308], [nan] * 4]
+    pushes = [[0, 0, -1, -1]] * 12 + [[1, 1, 1, 1]] * 14 + [[-1, -1, 0, 0]] * 18 + [[1e6, 0, -1e6, 0]] * 4
+    try:
+        env.reset(seed=5)
+        for a in bad + pushes + bad:
+            state = env.robot_state()
+            try:
+                env.step(np.array(a, dtype=np.float64))
+            except SafetyStop:  # e.g. a joint near its limit in a workspace corner: latched, reset to go on
+                env.reset(seed=6)
+            time.sleep(0.02)
+            for m in wire.take():
+                received.append((msgs.pose_of(m)[0], state.tcp_pos))
+            grips.extend(float(m.data) for m in grip.take())
+        # Stale state: the robot process hangs. The env must raise, and nothing may be commanded from old data.
+        os.kill(sim.pid, signal.SIGSTOP)
+        time.sleep(0.4)
+        wire.take()
+        with pytest.raises(StaleDataError):
+            env.step(np.array([1.0, 0.0, 0.0, 0.0]))
+        time.sleep(0.1)
+        assert wire.take() == []
+        os.kill(sim.pid, signal.SIGCONT)
+        env.reset(seed=7)  # and it recovers once the robot is back
+        env.step(np.zeros(4))
+    finally:
+        if sim.poll() is None:
+            os.kill(sim.pid, signal.SIGCONT)
+        env.close()
+        stop(sim)
+        tx.close()
+    lo, hi = np.array(cfg.safety.workspace_lo), np.array(cfg.safety.workspace_hi)
+    limit = min(cfg.safety.max_translation_step, cfg.safety.max_velocity * 0.1)
+    assert len(received) >= len(bad) + len(pushes) - 5
+    hits = {"lo": False, "hi": False}
+    for target, tcp in received:
+        assert np.isfinite(target).all()
+        assert (target >= lo - 1e-9).all() and (target <= hi + 1e-9).all(), target
+        assert np.linalg.norm(target - tcp) <= limit + 0.01
+        hits["lo"] |= bool(np.isclose(target[2], lo[2]))
+        hits["hi"] |= bool(np.isclose(target, hi).any())
+    assert all(hits.values()), "the pushes should have driven commands onto the workspace boundary"
+    assert grips and all(0.0 <= g <= 1.0 for g in grips)

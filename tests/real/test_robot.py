@@ -1,0 +1,169 @@
+"""RobotEnv against the sim robot in one process (in-process transport): layout, motion, reset, staleness."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import cv2
+import numpy as np
+import pytest
+from robot_rl.real import msgs
+from robot_rl.real.config import load_robot_config
+from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
+from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
+from robot_rl.real.timing import RateKeeper
+from robot_rl.sim.envs import EnvConfig, make_env
+
+from robot_rl.transport import TransportConfig, make_transport, typesys
+
+
+class Served:
+    """A SimRobot ticking in a thread that owns it (GL contexts are per thread); `paused` stops its loop (the robot
+    PC hanging) without closing it."""
+
+    def __init__(self, robot_cfg, **kw) -> None:
+        self.tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
+        self.stop, self.paused, ready = threading.Event(), threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(robot_cfg, kw, ready), daemon=True)
+        self.thread.start()
+        assert ready.wait(30)
+
+    def _run(self, robot_cfg, kw, ready: threading.Event) -> None:
+        node = SimRobot(SimRobotConfig(**kw), robot_cfg, self.tx)
+        ready.set()
+        try:
+            while not self.stop.is_set():
+                if not self.paused.is_set():
+                    node.tick()
+                time.sleep(0.01)
+        finally:
+            node.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.tx.close()
+
+
+@pytest.fixture
+def robot_cfg():
+    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+
+
+@pytest.fixture
+def served(robot_cfg) -> Iterator[Served]:
+    s = Served(robot_cfg)
+    yield s
+    s.close()
+
+
+def layout() -> dict[str, slice]:
+    env = make_env(EnvConfig())
+    out = env.unwrapped.state_layout
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("command_type", ["pose", "twist"])
+def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, command_type: str) -> None:
+    robot_cfg.command_type = command_type  # twist: servo-style TwistStamped, as a UR with moveit_servo takes
+    served = Served(robot_cfg)
+    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    obs, info = env.reset(seed=123)
+    ref = make_env(EnvConfig())
+    ref_obs, _ = ref.reset(seed=123)
+    assert obs["state"].shape == ref_obs["state"].shape == (13,)
+    # Same seed => same scene: TCP, gripper and cube (positions within a few mm; the arm is still settling).
+    np.testing.assert_allclose(obs["state"][:4], ref_obs["state"][:4], atol=5e-3)
+    np.testing.assert_allclose(obs["state"][7:], ref_obs["state"][7:], atol=5e-3)
+    x0 = obs["state"][0]
+    for _ in range(4):
+        obs, _, _, _, info = env.step(np.array([1.0, 0.0, 0.0, -1.0]))
+    assert obs["state"][0] - x0 > 0.05  # 4 steps of up to 2.5 cm
+    assert obs["state"][4:7].max() > 0.1  # tcp_vel sees the motion
+    assert info["latency_s"] < 0.05 and not info["hold"]
+    env.close()
+    served.close()
+
+
+def test_stale_state_raises_and_publishes_no_pose(robot_cfg, served) -> None:
+    spy_tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
+    spy = spy_tx.subscription(robot_cfg.command_topic, msgs.POSE)
+    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env.reset(seed=1)
+    env.step(np.zeros(4))
+    spy.take()
+    served.paused.set()
+    time.sleep(0.3)
+    with pytest.raises(StaleDataError, match="stale"):
+        env.step(np.array([1.0, 0.0, 0.0, 0.0]))
+    assert spy.take() == []  # no pose from stale data
+    served.paused.clear()
+    env.reset(seed=2)  # clears the latch once fresh state flows again
+    env.step(np.zeros(4))
+    assert len(spy.take()) == 1
+    env.close()
+    spy_tx.close()
+
+
+def test_estop_topic_latches_both_sides_until_released_and_reset(robot_cfg, served) -> None:
+    tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
+    estop = tx.publisher(robot_cfg.estop_topic, msgs.BOOL)
+    status = tx.subscription(robot_cfg.status_topic, msgs.STRING)
+    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env.reset(seed=3)
+    env.step(np.zeros(4))
+    estop.publish(msgs.scalar(msgs.BOOL, True))
+    with pytest.raises(SafetyStop, match="estop"):
+        env.step(np.array([1.0, 0.0, 0.0, 0.0]))
+    with pytest.raises(SafetyStop, match="e-stop is pressed"):
+        env.reset(seed=3)
+    time.sleep(0.05)
+    assert any(m.data == "hold: estop" for m in status.take())  # the robot side latched too
+    estop.publish(msgs.scalar(msgs.BOOL, False))
+    env.reset(seed=3)
+    assert not env.step(np.zeros(4))[4]["hold"]
+    env.close()
+    tx.close()
+
+
+def test_camera_frames_reach_the_observation(robot_cfg) -> None:
+    s = Served(robot_cfg, cameras=("front",), camera_hz=30.0, image_size=32)
+    try:
+        env = RobotEnv(robot_cfg, layout(), cameras=("front",), hz=20.0)
+        obs, _ = env.reset(seed=4)
+        assert obs["front"].shape == (64, 64, 3) and obs["front"].dtype == np.uint8 and obs["front"].std() > 0
+        env.close()
+    finally:
+        s.close()
+
+
+def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
+    rgb = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    raw = msgs.image_msg(rgb, 1.5, "cam")
+    np.testing.assert_array_equal(msgs.decode_image(raw, False, 8), rgb)
+    bgr = msgs.image_msg(rgb[..., ::-1], 1.5, "cam")
+    bgr.encoding = "bgr8"
+    np.testing.assert_array_equal(msgs.decode_image(bgr, False, 8), rgb)
+    ok, png = cv2.imencode(".png", rgb[..., ::-1])
+    comp = typesys.msg_class(msgs.COMPRESSED_IMAGE)(header=msgs.header(1.5, "cam"), format="png", data=png.ravel())
+    np.testing.assert_array_equal(msgs.decode_image(comp, True, 8), rgb)
+    assert msgs.decode_image(comp, True, 4).shape == (4, 4, 3)
+    raw.encoding = "yuv422"
+    with pytest.raises(ValueError, match="unsupported image encoding"):
+        msgs.decode_image(raw, False, 8)
+
+
+def test_rate_keeper_sleeps_to_absolute_deadlines_and_counts_misses() -> None:
+    rate = RateKeeper(100.0)
+    t0 = time.monotonic()
+    for i in range(20):
+        if i == 10:
+            time.sleep(0.03)  # one overrun cycle
+        rate.sleep()
+    elapsed = time.monotonic() - t0
+    assert rate.misses == 1
+    assert 0.2 <= elapsed < 0.26  # 20 periods plus the overrun, no catch-up burst, no drift

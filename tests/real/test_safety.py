@@ -1,0 +1,171 @@
+"""Safety layer: whatever the policy says and whatever the robot reports, the command stays inside the limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from robot_rl.real.safety import (
+    KeepOutBox,
+    RobotState,
+    SafetyConfig,
+    SafetyFilter,
+    quat_angle,
+    quat_normalize,
+)
+
+DT = 0.1
+CFG = SafetyConfig(
+    workspace_lo=(0.3, -0.25, 0.01),
+    workspace_hi=(0.7, 0.25, 0.3),
+    keep_out=[KeepOutBox(lo=(0.55, 0.05, 0.0), hi=(0.65, 0.15, 0.2))],
+    max_translation_step=0.05,
+    max_rotation_step=0.1,
+    max_velocity=0.4,
+    max_acceleration=3.0,
+    gripper_max_delta=0.3,
+    joint_lower=[-2.0, -2.0],
+    joint_upper=[2.0, 2.0],
+    joint_margin=0.05,
+    state_timeout_s=0.2,
+)
+EPS = 1e-9
+LO, HI = np.array(CFG.workspace_lo), np.array(CFG.workspace_hi)
+BOX_LO, BOX_HI = np.array(CFG.keep_out[0].lo), np.array(CFG.keep_out[0].hi)
+
+any_float = st.floats(allow_nan=True, allow_infinity=True)
+coord = st.one_of(st.floats(-1.0, 1.0), any_float)
+vec3 = st.tuples(coord, coord, coord).map(np.array)
+quat = st.tuples(*[st.one_of(st.floats(-1, 1), any_float)] * 4).map(np.array)
+near_ws = st.tuples(st.floats(0.25, 0.75), st.floats(-0.3, 0.3), st.floats(-0.05, 0.35)).map(np.array)
+down = np.array([0.0, 1.0, 0.0, 0.0])
+state_quat = st.one_of(st.just(down), st.tuples(*[st.floats(-1, 1)] * 4).map(np.array), quat)
+
+
+@st.composite
+def robot_states(draw: st.DrawFn) -> RobotState:
+    return RobotState(
+        tcp_pos=draw(st.one_of(near_ws, vec3)),
+        tcp_quat=draw(state_quat),
+        gripper=draw(st.one_of(st.floats(0, 1), any_float)),
+        joint_pos=np.array(draw(st.lists(st.one_of(st.floats(-2.2, 2.2), any_float), min_size=2, max_size=2))),
+        stamp=draw(st.one_of(st.floats(-0.3, 0.0), st.just(math.nan))),  # relative to now = 0 + step * DT
+    )
+
+
+actions = st.tuples(st.one_of(near_ws, vec3), st.one_of(st.just(down), quat), st.one_of(st.floats(-2, 2), any_float))
+
+
+def check(cmd, state: RobotState, f: SafetyFilter, prev_vel: np.ndarray, prev_grip: float | None, now: float) -> None:
+    assert np.isfinite(cmd.linear_vel).all() and np.isfinite(cmd.angular_vel).all()
+    assert np.linalg.norm(cmd.linear_vel) <= CFG.max_velocity + EPS
+    if cmd.gripper is not None:
+        assert 0.0 <= cmd.gripper <= 1.0
+        if prev_grip is not None:
+            assert abs(cmd.gripper - prev_grip) <= CFG.gripper_max_delta + EPS
+    if cmd.target_pos is None:
+        assert cmd.hold and cmd.target_quat is None
+        return
+    tcp = np.asarray(state.tcp_pos, float)
+    tol = CFG.workspace_tolerance
+    assert np.isfinite(cmd.target_pos).all() and np.isfinite(cmd.target_quat).all()
+    assert np.linalg.norm(cmd.target_pos - tcp) <= f.step_limit + EPS
+    assert (cmd.target_pos >= LO - tol - EPS).all() and (cmd.target_pos <= HI + tol + EPS).all()
+    if (tcp >= LO).all() and (tcp <= HI).all():
+        assert (cmd.target_pos >= LO - EPS).all() and (cmd.target_pos <= HI + EPS).all()
+    assert not ((cmd.target_pos > BOX_LO).all() and (cmd.target_pos < BOX_HI).all()), "inside keep-out box"
+    # The straight path never crosses the box either: sample it.
+    for t in np.linspace(0, 1, 21):
+        p = tcp + t * (cmd.target_pos - tcp)
+        assert not ((p > BOX_LO + EPS).all() and (p < BOX_HI - EPS).all())
+    measured = quat_normalize(state.tcp_quat)
+    assert quat_angle(measured, cmd.target_quat) <= CFG.max_rotation_step + 1e-6
+    assert now - state.stamp <= CFG.state_timeout_s  # a pose is only ever commanded from fresh state
+    if not cmd.hold and not {"workspace", "keep_out"} & set(cmd.reasons):
+        accel = np.linalg.norm(cmd.linear_vel - prev_vel) / DT
+        assert accel <= CFG.max_acceleration + 1e-6
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(robot_states(), actions), min_size=1, max_size=6))
+def test_any_policy_output_and_robot_state_gives_a_command_inside_limits(seq) -> None:
+    f = SafetyFilter(CFG, DT)
+    for i, (state, (pos, q, grip)) in enumerate(seq):
+        now = i * DT
+        state.stamp += now
+        prev_vel, prev_grip = f.prev_vel.copy(), f.prev_gripper
+        cmd = f.filter(pos, q, grip, state, now)
+        check(cmd, state, f, prev_vel, prev_grip, now)
+
+
+def good_state(pos=(0.5, 0.0, 0.15), stamp: float = 0.0) -> RobotState:
+    return RobotState(np.array(pos), down.copy(), 1.0, np.zeros(2), stamp)
+
+
+def test_nan_action_holds_for_one_step_only() -> None:
+    f = SafetyFilter(CFG, DT)
+    cmd = f.filter(np.array([np.nan, 0.5, 0.1]), down, 0.5, good_state(), 0.0)
+    assert cmd.hold and cmd.reasons == ("non_finite_action",) and np.allclose(cmd.target_pos, [0.5, 0.0, 0.15])
+    assert f.latched is None and f.rejected == 1
+    cmd = f.filter(np.array([0.52, 0.0, 0.15]), down, 0.5, good_state(stamp=0.1), 0.1)
+    assert not cmd.hold and np.allclose(cmd.target_pos, [0.52, 0.0, 0.15])
+
+
+def test_workspace_clamp_and_step_limit() -> None:
+    f = SafetyFilter(CFG, DT)
+    cmd = f.filter(np.array([0.5, 0.0, -5.0]), down, 1.0, good_state(pos=(0.5, 0.0, 0.02)), 0.0)
+    assert cmd.target_pos[2] == CFG.workspace_lo[2] and "workspace" in cmd.reasons
+    f = SafetyFilter(dataclasses.replace(CFG, max_acceleration=100.0), DT)
+    cmd = f.filter(np.array([5.0, 0.0, 0.15]), down, 1.0, good_state(), 0.0)
+    assert math.isclose(np.linalg.norm(cmd.target_pos - [0.5, 0.0, 0.15]), f.step_limit)
+    # From rest the acceleration clamp is the tighter one.
+    f = SafetyFilter(CFG, DT)
+    cmd = f.filter(np.array([5.0, 0.0, 0.15]), down, 1.0, good_state(), 0.0)
+    assert math.isclose(np.linalg.norm(cmd.target_pos - [0.5, 0.0, 0.15]), CFG.max_acceleration * DT * DT)
+
+
+def test_stale_state_latches_until_reset_and_commands_no_pose() -> None:
+    f = SafetyFilter(CFG, DT)
+    assert not f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(), 0.0).hold
+    cmd = f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(stamp=0.0), 0.5)
+    assert cmd.hold and cmd.target_pos is None and f.latched.startswith("stale_state")
+    assert f.watchdog.misses == 1
+    # Fresh state again: still latched (a human must acknowledge), the hold now targets the measured pose.
+    cmd = f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(stamp=0.6), 0.6)
+    assert cmd.hold and np.allclose(cmd.target_pos, [0.5, 0.0, 0.15])
+    f.reset()
+    assert not f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(stamp=0.7), 0.7).hold
+
+
+def test_action_watchdog_and_estop_latch() -> None:
+    f = SafetyFilter(CFG, DT)
+    w = f.watchdog
+    w.feed_action(0.0)
+    assert w.check(0.4) and not w.check(0.6) and w.latched.startswith("no_action")
+    assert not w.check(0.7) and w.misses == 1  # one miss per latch, not per poll
+    f.reset()
+    f.estop("teleop button")
+    cmd = f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(), 0.0)
+    assert cmd.hold and f.latched == "teleop button"
+    f.reset()
+    assert not f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(), 0.0).hold
+
+
+def test_joint_near_limit_and_tcp_outside_workspace_are_latched_faults() -> None:
+    f = SafetyFilter(CFG, DT)
+    s = good_state()
+    s.joint_pos = np.array([1.97, 0.0])
+    cmd = f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, s, 0.0)
+    assert cmd.hold and f.latched.startswith("joint_limit")
+    f.reset()
+    cmd = f.filter(np.array([0.5, 0.0, 0.16]), down, 1.0, good_state(pos=(0.5, 0.0, 0.5)), 0.0)
+    assert cmd.hold and cmd.target_pos is None and f.latched.startswith("tcp_outside_workspace")
+
+
+def test_keep_out_box_stops_before_entering() -> None:
+    f = SafetyFilter(CFG, DT)
+    cmd = f.filter(np.array([0.6, 0.1, 0.15]), down, 1.0, good_state(pos=(0.6, 0.02, 0.15)), 0.0)
+    assert "keep_out" in cmd.reasons and cmd.target_pos[1] < BOX_LO[1]
