@@ -27,31 +27,51 @@ class EvalResult:
         return asdict(self)
 
 
-def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000) -> EvalResult:
-    """Runs the policy's mean action, no human; seeds are disjoint from training resets."""
-    successes, returns, lengths = [], [], []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        policy.reset()
-        ret, length, done, info = 0.0, 0, False, {"success": False}
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy.select_action(obs, deterministic=True))
-            ret += float(reward)
-            length += 1
-            done = terminated or truncated
-        successes.append(bool(info["success"]))
-        returns.append(ret)
-        lengths.append(length)
-    s = np.array(successes, dtype=float)
-    ok_lengths = [n for n, ok in zip(lengths, successes, strict=True) if ok]
+@dataclass
+class Rollout:
+    success: bool
+    episode_return: float
+    length: int
+    steps: dict[str, list] = dataclasses.field(default_factory=dict)  # per-step obs/action/reward when recorded
+
+
+def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Rollout:
+    """One episode of the policy's mean action, no human."""
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    out = Rollout(False, 0.0, 0)
+    done = False
+    while not done:
+        action = policy.select_action(obs, deterministic=True)
+        if record:
+            for k, v in {**obs, "action": action}.items():
+                out.steps.setdefault(k, []).append(v)
+        obs, reward, terminated, truncated, info = env.step(action)
+        if record:
+            out.steps.setdefault("reward", []).append(np.float32(reward))
+        out.episode_return += float(reward)
+        out.length += 1
+        done = terminated or truncated
+    out.success = bool(info["success"])
+    return out
+
+
+def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
+    s = np.array([r.success for r in rollouts], dtype=float)
+    ok_lengths = [r.length for r in rollouts if r.success]
     return EvalResult(
         success_rate=float(s.mean()),
         success_ci=bootstrap_ci(s, np.mean),
-        mean_return=float(np.mean(returns)),
-        mean_length=float(np.mean(lengths)),
+        mean_return=float(np.mean([r.episode_return for r in rollouts])),
+        mean_length=float(np.mean([r.length for r in rollouts])),
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else float("nan"),
-        episodes=episodes,
+        episodes=len(rollouts),
     )
+
+
+def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000) -> EvalResult:
+    """Seeds are disjoint from training resets."""
+    return summarize([rollout(env, policy, seed + ep) for ep in range(episodes)])
 
 
 def iqm(x: Sequence[float] | np.ndarray) -> float:
@@ -103,35 +123,28 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
     env = make_env(env_cfg)
-    results = []
+    rollouts = []
     for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        policy.reset()
-        steps: dict[str, list] = {}
-        done, ret, info = False, 0.0, {"success": False}
-        while not done:
-            action = policy.select_action(obs, deterministic=True)
-            for k, v in {**obs, "action": action}.items():
-                steps.setdefault(k, []).append(v)
-            obs, reward, terminated, truncated, info = env.step(action)
-            steps.setdefault("reward", []).append(np.float32(reward))
-            ret, done = ret + float(reward), terminated or truncated
-        results.append({"episode": ep, "success": bool(info["success"]), "return": ret, "length": len(steps["action"])})
+        r = rollout(env, policy, seed + ep, record=video_dir is not None)
+        rollouts.append(r)
         if video_dir is not None:
-            ep_data = {k: np.stack(v) for k, v in steps.items()}
-            ep_data["intervened"] = np.zeros(len(steps["action"]), bool)
-            write_video(compose_frames(ep_data), Path(video_dir) / f"episode_{ep:03d}.mp4", fps=cfg.env.control_hz)
+            frames = {k: np.stack(v) for k, v in r.steps.items()}
+            frames["intervened"] = np.zeros(r.length, bool)
+            write_video(compose_frames(frames), Path(video_dir) / f"episode_{ep:03d}.mp4", fps=cfg.env.control_hz)
     env.close()
-    ok = [r["length"] for r in results if r["success"]]
+    res = summarize(rollouts)
     summary = {
         "checkpoint": str(ckpt),
         "task": cfg.env.task,
         "episodes": episodes,
-        "success_rate": float(np.mean([r["success"] for r in results])),
-        "success_ci": bootstrap_ci([float(r["success"]) for r in results], np.mean),
-        "mean_cycle_steps": float(np.mean(ok)) if ok else float("nan"),
-        "cycle_time_s": float(np.mean(ok)) / cfg.env.control_hz if ok else float("nan"),
-        "per_episode": results,
+        "success_rate": res.success_rate,
+        "success_ci": res.success_ci,
+        "mean_cycle_steps": res.mean_success_length,
+        "cycle_time_s": res.mean_success_length / cfg.env.control_hz,
+        "per_episode": [
+            {"episode": i, "success": r.success, "return": r.episode_return, "length": r.length}
+            for i, r in enumerate(rollouts)
+        ],
     }
     if video_dir is not None:
         Path(video_dir).mkdir(parents=True, exist_ok=True)
