@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.demos.store import EpisodeStore
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 from common import rates
+
 from robot_rl.sim.envs import EnvConfig, make_env
 
 

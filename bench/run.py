@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-AREAS = ("sim", "learner", "demos", "transport", "main_job", "pixel_run")
+AREAS = ("sim", "learner", "demos", "transport", "real", "main_job", "pixel_run")
 
 
 def fmt(v: object) -> str:

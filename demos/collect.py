@@ -9,10 +9,10 @@ from typing import Any, TextIO
 
 import gymnasium as gym
 import numpy as np
-from robot_rl.demos.store import EpisodeStore
-from robot_rl.demos.teleop import TeleopDevice, to_action
 from tqdm import tqdm
 
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.teleop import TeleopDevice, to_action
 from robot_rl.types import Transition
 
 # Reads privileged env state (a scripted expert) or a device (a person) and returns the action to execute.

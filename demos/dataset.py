@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from robot_rl.demos.store import SOURCES, EpisodeStore
 
 __all__ = ["key_specs", "info", "validate", "merge", "split", "filter_store", "copy_episodes", "main"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+
 from robot_rl.demos.store import EpisodeStore
 
 __all__ = ["camera_keys", "compose_frames", "write_video", "render_episode", "reexecute", "main"]

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 import numpy as np  # noqa: E402
+
 from robot_rl.demos.dataset import info  # noqa: E402
 from robot_rl.demos.replay import camera_keys, compose_frames, write_video  # noqa: E402
 from robot_rl.demos.store import EpisodeStore  # noqa: E402

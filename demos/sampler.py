@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
+
 from robot_rl.demos.dataset import split_episodes
 from robot_rl.demos.store import EpisodeStore
-from torch.utils.data import Dataset
 
 __all__ = ["RowSource", "RamSource", "create_indices", "window_rows", "SequenceDataset"]
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from robot_rl.policies.base import Obs, batch_obs
 from torch import nn
 
 from robot_rl.nets import MLP, ObsEncoder
+from robot_rl.policies.base import Obs, batch_obs
 from robot_rl.types import Batch
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
 from robot_rl.real.safety import SafetyConfig
 
 ROBOTS = ("sim", "franka", "ur5e")

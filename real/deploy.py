@@ -10,7 +10,9 @@ every episode to a zarr `EpisodeStore` in the same layout as sim demos.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
 from robot_rl.real.config import RobotConfig, load_robot_config
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import percentiles_ms
 
+log = logging.getLogger("robot_rl.deploy")
 ESTOP_EVENT = "failure"  # the teleop button that doubles as an e-stop during deployment
 
 
@@ -54,29 +59,26 @@ def deploy(
     episodes: int,
     hz: float | None = None,
     record: Path | None = None,
-    teleop: str = "none",
+    device: TeleopDevice | None = None,
     seed: int = 2_000_000,
     status: bool = True,
 ) -> dict[str, Any]:
-    """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary."""
-    from robot_rl.sim.envs import make_env
-
+    """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
+    `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
     from robot_rl.checkpoint import load_policy
+    from robot_rl.sim.envs import make_env
 
     policy, cfg = load_policy(checkpoint)
     if cfg.env.yaw:
         raise ValueError("deployment supports position-only policies (env.yaw=false)")
     sim = make_env(cfg.env).unwrapped  # only to read the task's layout and length, never stepped
     cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
-    robot.max_step = cfg.env.max_step
-    robot.image_size = cfg.env.image_size
+    robot = dataclasses.replace(robot, max_step=cfg.env.max_step, image_size=cfg.env.image_size)
+    if hz is not None and hz != cfg.env.control_hz:
+        log.warning("running at %.1f Hz, the policy was trained at %.1f Hz: its steps now take a different time",
+                    hz, cfg.env.control_hz)  # fmt: skip
     env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps)
     sim.close()
-    device = None
-    if teleop != "none":
-        from robot_rl.demos.teleop import make_device, to_action
-
-        device = make_device(teleop)
     store = None
     if record is not None:
         from robot_rl.demos.store import EpisodeStore
@@ -90,7 +92,7 @@ def deploy(
             policy.reset()
             if device is not None:
                 device.reset()
-            log, done, t, n_int, reason = EpisodeLog(), False, 0, 0, ""
+            steps, done, t, n_int, reason = EpisodeLog(), False, 0, 0, ""
             start = time.monotonic()
             while not done:
                 action = policy.select_action(obs, deterministic=True)
@@ -106,7 +108,7 @@ def deploy(
                 except (SafetyStop, StaleDataError) as e:
                     reason = f"{type(e).__name__}: {e}"
                     break
-                log.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
+                steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
                          "truncated": truncated, "intervened": intervened})  # fmt: skip
                 obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
                 if status:
@@ -118,15 +120,13 @@ def deploy(
                 sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
             if store is not None and t > 0:
                 source = "intervention" if n_int else "policy"
-                store.add_episode(log.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
+                store.add_episode(steps.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
                                                       "source": source, "task": cfg.env.task, "robot": robot.name},
                                   final=obs)  # fmt: skip
             if reason and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
                 stopped = reason
                 break
     finally:
-        if device is not None:
-            device.close()
         if store is not None:
             store.close()
         env.close()
@@ -158,7 +158,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
     p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
-    p.add_argument("--teleop", default="none", help="none | spacemouse | gamepad | keyboard: human takeover")
+    p.add_argument(
+        "--teleop",
+        default="none",
+        choices=("none", "spacemouse", "gamepad", "keyboard"),
+        help="human takeover device (the scripted expert needs sim state, so it is not offered)",
+    )
     p.add_argument("--seed", type=int, default=2_000_000, help="first episode seed (reset=topic robots)")
     p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
     p.add_argument("--quiet", action="store_true", help="no live status line")
@@ -169,6 +174,11 @@ def main(argv: list[str]) -> int:
         robot.domain_id = ns.domain
     if ns.hz is not None and not 1.0 <= ns.hz <= 100.0:
         p.error("--hz must be within 1..100")
-    summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, ns.teleop, ns.seed, not ns.quiet)
+    device = make_device(ns.teleop) if ns.teleop != "none" else None
+    try:
+        summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
+    finally:
+        if device is not None:
+            device.close()
     print(json.dumps(summary, indent=1))
     return 0

@@ -17,11 +17,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
-
 from robot_rl.transport import LATCHED_QOS, TopicQos, Transport, TransportConfig, make_transport
 
 # Best-effort readers match both best-effort (camera drivers) and reliable writers; old samples are useless.

@@ -31,13 +31,13 @@ from typing import Any
 
 import mujoco
 import numpy as np
+
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, load_robot_config
 from robot_rl.real.robot import COMMAND_QOS, SENSOR_QOS
 from robot_rl.real.safety import Watchdog
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
-
 from robot_rl.transport import Transport, TransportConfig, make_transport
 
 log = logging.getLogger("robot_rl.sim_robot")

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import robot_rl.configs
@@ -57,8 +57,11 @@ def load_config(overrides: list[str]) -> TrainConfig:
 
 
 def _group_options() -> dict[str, list[str]]:
+    """The config groups `train` composes (the `defaults` of configs/config.yaml) and their options."""
     root = Path(robot_rl.configs.__file__).parent
-    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(root.iterdir()) if d.is_dir()}
+    defaults = OmegaConf.load(root / "config.yaml").defaults
+    groups = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
+    return {g: sorted(p.stem for p in (root / g).glob("*.yaml")) for g in groups}
 
 
 def run_config(overrides: list[str]) -> TrainConfig:

@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import mujoco
 import numpy as np
+
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig
 from robot_rl.sim.rendering import CameraRenderer
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.sim.envs import CUBE_HALF, INSERT_DEPTH, LIFT_HEIGHT
 
 GRIP_CLOSE, GRIP_OPEN = 1.0, -1.0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+
 from robot_rl.demos.store import EpisodeStore
 
 __all__ = ["import_legacy_zarr", "DEFAULT_RENAMES"]

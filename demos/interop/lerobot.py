@@ -22,6 +22,7 @@ import cv2
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from robot_rl.demos.replay import camera_keys, write_video
 from robot_rl.demos.store import EpisodeStore
 

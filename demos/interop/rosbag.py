@@ -17,6 +17,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+
 from robot_rl.demos.store import EpisodeStore
 
 __all__ = ["import_rosbag", "CONVERTERS"]

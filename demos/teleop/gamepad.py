@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.demos.teleop.base import DeviceCommand, PacketError, apply_deadzone, log_bad_packet
 
 EVENT = struct.Struct("llHHi")

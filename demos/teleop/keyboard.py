@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.demos.teleop.base import DeviceCommand
 
 # ANSI escape sequences of arrow keys -> names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.demos.teleop.base import DeviceCommand
 from robot_rl.sim.experts import ScriptedExpert
 

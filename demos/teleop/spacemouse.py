@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
+
 from robot_rl.demos.teleop.base import DeviceCommand, PacketError, apply_deadzone, log_bad_packet
 
 VENDOR_IDS = (0x046D, 0x256F)  # Logitech-era and 3Dconnexion-era devices

@@ -5,8 +5,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from robot_rl.sim.envs import EnvConfig, make_env
-from robot_rl.sim.experts import ScriptedExpert
 
 from robot_rl.algos.reward_classifier import (
     ClassifierReward,
@@ -15,6 +13,8 @@ from robot_rl.algos.reward_classifier import (
     record_classifier_data,
     train_reward_classifier,
 )
+from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.experts import ScriptedExpert
 
 
 def test_classifier_learns_success_and_drives_reward() -> None:

@@ -12,40 +12,25 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from robot_rl.sim.envs import EnvConfig, make_env
 
 from robot_rl.algos.sac import SAC, SACConfig
-from robot_rl.cli import load_config
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
-from robot_rl.loop.trainer import train
+from robot_rl.sim.envs import EnvConfig, make_env
 
 pytestmark = pytest.mark.slow
 
 
-def test_short_run_beats_untrained_policy(tmp_path: Path) -> None:
-    cfg = load_config(
-        [
-            f"run_dir={tmp_path}",
-            "loop.env_steps=2000",
-            "loop.eval_every=500",
-            "loop.eval_episodes=10",
-            "loop.stop_at_success=0.9",
-            "loop.final_eval_episodes=20",
-            "loop.checkpoint_every=0",
-            "profile=cpu",
-        ]
-    )
-    summary = json.loads(train(cfg).read_text())
+def test_short_run_beats_untrained_policy(pickcube_run: Path, tmp_path: Path) -> None:
+    summary = json.loads((pickcube_run / "summary.json").read_text())
     env = make_env(EnvConfig(), seed=0)
     untrained = evaluate(env, SAC(SACConfig(), 13, 4).policy, 20).success_rate
     assert summary["final_success_rate"] >= untrained + 0.5, (summary["final_success_rate"], untrained)
     assert summary["updates"] == summary["env_steps"]  # the UTD rate limit held
-    assert (tmp_path / "checkpoints" / "final" / "model.safetensors").exists()
     assert 0.0 < summary["intervention_rate"] < 1.0
 
     # The checkpoint alone reproduces the policy: `robot-rl eval` success matches and videos are playable.
-    ev = evaluate_checkpoint(tmp_path / "checkpoints" / "final", episodes=3, video_dir=tmp_path / "videos")
+    ev = evaluate_checkpoint(pickcube_run / "checkpoints" / "final", episodes=3, video_dir=tmp_path / "videos")
     assert ev["success_rate"] >= untrained + 0.3
     cap = cv2.VideoCapture(str(tmp_path / "videos" / "episode_000.mp4"))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == ev["per_episode"][0]["length"]

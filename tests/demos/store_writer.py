@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 import numpy as np
+
 from robot_rl.demos.store import EpisodeStore
 
 _SOURCES = ("scripted", "teleop", "policy", "intervention")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from robot_rl.demos.dataset import validate
 from robot_rl.demos.store import EpisodeStore
 

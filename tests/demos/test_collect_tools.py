@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 from conftest import robot_rl
+
 from robot_rl.demos.collect import CollectConfig, collect_to_store, make_collect_env, run_episode
 from robot_rl.demos.dataset import info, validate
 from robot_rl.demos.store import EpisodeStore

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 from conftest import robot_rl
+
 from robot_rl.demos.interop.rosbag import import_rosbag
 from robot_rl.demos.store import EpisodeStore
 

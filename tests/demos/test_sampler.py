@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from robot_rl.demos.sampler import RamSource, SequenceDataset, create_indices, window_rows
 from robot_rl.demos.store import EpisodeStore
 

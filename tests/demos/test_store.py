@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import robot_rl.demos.store as store_mod
 import zarr
+
+import robot_rl.demos.store as store_mod
 from robot_rl.demos.store import EpisodeStore, StoreCorruptError, StoreLockedError
 
 _WRITER = Path(__file__).with_name("store_writer.py")

@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from robot_rl.demos.teleop import DeviceCommand, PacketError, ScriptedDevice, to_action
 from robot_rl.demos.teleop.gamepad import (
     ABS_RX,

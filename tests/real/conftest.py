@@ -23,16 +23,8 @@ def domain() -> int:
 
 
 @pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A PickCube policy trained for this session (~1 min on 2 CPU cores); ROBOT_RL_TEST_CKPT reuses one."""
-    if given := os.environ.get("ROBOT_RL_TEST_CKPT"):
-        return Path(given)
-    run = tmp_path_factory.mktemp("pick_cube_run")
-    cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"run_dir={run}", "loop.env_steps=2500",
-           "loop.stop_at_success=0.9", "loop.final_eval_episodes=5", "profile=cpu"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    return run / "checkpoints" / "final"
+def checkpoint(pickcube_run: Path) -> Path:
+    return pickcube_run / "checkpoints" / "final"
 
 
 def spawn(*args: str) -> subprocess.Popen:

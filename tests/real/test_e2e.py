@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import spawn, stop, wait_until
+
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.evaluation import evaluate_checkpoint
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import SENSOR_QOS, RobotEnv, SafetyStop, StaleDataError
 from robot_rl.sim.envs import EnvConfig, make_env
-
-from robot_rl.evaluation import evaluate_checkpoint
 from robot_rl.transport import TransportConfig, make_transport
 
 pytestmark = pytest.mark.slow

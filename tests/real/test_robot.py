@@ -10,13 +10,16 @@ from collections.abc import Iterator
 import cv2
 import numpy as np
 import pytest
+
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
+from robot_rl.real.deploy import deploy
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.envs import EnvConfig, make_env
-
 from robot_rl.transport import TransportConfig, make_transport, typesys
 
 
@@ -167,3 +170,38 @@ def test_rate_keeper_sleeps_to_absolute_deadlines_and_counts_misses() -> None:
     elapsed = time.monotonic() - t0
     assert rate.misses == 1
     assert 0.2 <= elapsed < 0.26  # 20 periods plus the overrun, no catch-up burst, no drift
+
+
+class TakeoverDevice:
+    """A human who takes over at once, lifts the arm, then presses the failure (e-stop) button on step 5."""
+
+    name, source = "fake", "teleop"
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def reset(self) -> None:
+        pass
+
+    def poll(self, env: object) -> DeviceCommand:
+        self.polls += 1
+        twist = np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], np.float32)
+        return DeviceCommand(twist, -1.0, True, frozenset({"failure"}) if self.polls == 5 else frozenset())
+
+    def close(self) -> None:
+        pass
+
+
+def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cfg, checkpoint, tmp_path) -> None:
+    s = Served(robot_cfg)
+    try:
+        summary = deploy(checkpoint, robot_cfg, 3, record=tmp_path / "store", device=TakeoverDevice(), status=False)
+    finally:
+        s.close()
+    assert summary["episodes"] == 1 and summary["stopped"].startswith("SafetyStop: teleop e-stop")
+    assert summary["interventions"] == 4 and summary["aborted_episodes"] == 1
+    with EpisodeStore(tmp_path / "store") as store:
+        ep, meta = store.episode(0), store.meta(0)
+    assert meta["source"] == "intervention" and not meta["success"] and ep["intervened"].all()
+    np.testing.assert_allclose(ep["action"][:, 2], 1.0)  # the human's command, not the policy's, was executed
+    assert ep["state"][-1, 2] > ep["state"][0, 2] + 0.05  # and it lifted the arm

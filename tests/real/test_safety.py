@@ -8,6 +8,7 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from robot_rl.real.safety import (
     KeepOutBox,
     RobotState,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
 from robot_rl.sim.rendering import gl_available
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from robot_rl.sim import EnvConfig, InterventionConfig, ScriptedExpert, SimulatedHuman, make_env
 
 TASKS = ("PickCube", "PegInsert")

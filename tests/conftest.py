@@ -1,0 +1,24 @@
+"""Fixtures shared across test packages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One short PickCube training run (~40 s on 2 cores) shared by the learning test and the deployment
+    tests; ROBOT_RL_TEST_RUN=<run dir> reuses an earlier one while iterating."""
+    if given := os.environ.get("ROBOT_RL_TEST_RUN"):
+        return Path(given)
+    from robot_rl.cli import load_config
+    from robot_rl.loop.trainer import train
+
+    run = tmp_path_factory.mktemp("pickcube_run")
+    train(load_config([f"run_dir={run}", "loop.env_steps=2500", "loop.eval_every=500", "loop.eval_episodes=10",
+                       "loop.stop_at_success=0.9", "loop.final_eval_episodes=20", "loop.checkpoint_every=0",
+                       "profile=cpu"]))  # fmt: skip
+    return run
