@@ -294,6 +294,11 @@ class SafetyFilter:
             # Holding at a stale pose could command a jump back; without fresh state, command no pose at all.
             fresh = now - state.stamp <= self.cfg.state_timeout_s or self.cfg.state_timeout_s <= 0
             return self.hold(state if fresh else None, f"latched: {self.watchdog.latched}")
+        if 0 < self.cfg.state_timeout_s < now - state.stamp:
+            # The watchdog saw fresher state earlier, but this command would start from an old pose.
+            self.watchdog.misses += 1
+            self.watchdog.trip(f"stale_state: {now - state.stamp:.3f}s > {self.cfg.state_timeout_s:.3f}s")
+            return self.hold(None, self.watchdog.latched)
         if (fault := self._pose_fault(pos) or self._joint_fault(state)) is not None:
             self.watchdog.trip(fault)
             return self.hold(state, fault)
