@@ -32,10 +32,7 @@ def _t(ros_type: str) -> Any:
 
 def header(stamp: float, frame_id: str) -> Any:
     sec = math.floor(stamp)
-    return _t("std_msgs/msg/Header")(
-        stamp=_t("builtin_interfaces/msg/Time")(sec=int(sec), nanosec=min(int((stamp - sec) * 1e9), 999_999_999)),
-        frame_id=frame_id,
-    )
+    return typesys.header(int(sec), min(int((stamp - sec) * 1e9), 999_999_999), frame_id)
 
 
 def stamp_of(msg: Any) -> float:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,9 @@ from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
-from robot_rl.demos.collect import collect, episode_transitions
+from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_transitions
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
@@ -76,18 +78,18 @@ def prepare_demos(cfg: TrainConfig, run_dir: Path, env) -> EpisodeStore:
     if cfg.demos.path:
         return EpisodeStore(cfg.demos.path, mode="r")
     store = EpisodeStore(run_dir / "demos.zarr", mode="a")
-    missing = cfg.demos.n_episodes - len(store)
-    if missing > 0:
-        expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed)
-        first_seed = 10_000 * (cfg.seed + 1) + len(store)
-        collect(env, expert.act, store, missing, source="scripted", task=cfg.env.task, seed=first_seed)
+    if len(store) < cfg.demos.n_episodes:  # a resumed run tops up, continuing after the stored seeds
+        collect_cfg = CollectConfig(task=cfg.env.task, success_only=True, seed=10_000 * (cfg.seed + 1))
+        device = ScriptedDevice(noise_std=cfg.demos.expert_noise, seed=cfg.seed)
+        collect_to_store(collect_cfg, device, store, cfg.demos.n_episodes, env=env, progress=sys.stderr)
     return store
 
 
-def make_reward_classifier(cfg: TrainConfig, run_dir: Path) -> RewardClassifier:
+def make_reward_classifier(
+    cfg: TrainConfig, run_dir: Path, layout: tuple[int, tuple[str, ...], int]
+) -> RewardClassifier:
     """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens)."""
-    probe = make_env(cfg.env)
-    state_dim, cameras, image_size = obs_layout(probe)
+    state_dim, cameras, image_size = layout
     clf = RewardClassifier(state_dim, cameras, image_size)
     saved = run_dir / "reward_classifier.safetensors"
     path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
@@ -139,8 +141,11 @@ class TrainingRun:
         seed_everything(cfg.seed)
 
         self.eval_env = make_env(cfg.env, seed=cfg.seed + 1)
-        self.classifier = make_reward_classifier(cfg, self.run_dir) if cfg.reward.source == "classifier" else None
-        state_dim, cameras, image_size = obs_layout(self.eval_env)
+        layout = obs_layout(self.eval_env)
+        self.classifier = (
+            make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
+        )
+        state_dim, cameras, image_size = layout
         self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
         demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)

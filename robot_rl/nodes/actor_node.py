@@ -96,8 +96,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
             if t.done:
                 s, e = actor.stats, actor.last_episode
                 episodes.publish(store.types[EPISODE_T](
-                    header=store.types["std_msgs/msg/Header"](
-                        stamp=store.types["builtin_interfaces/msg/Time"](sec=int(time.time()), nanosec=0), frame_id=""),
+                    header=typesys.header_now(transport.cfg.distro),
                     task=transport.cfg.task, schema_version=typesys.SCHEMA_VERSION, actor_id=actor_id,
                     episode=s.episodes, length=e.length, episode_return=e.episode_return, success=e.success,
                     interventions=e.interventions, policy_version=actor.policy_version,

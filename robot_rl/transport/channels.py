@@ -15,7 +15,6 @@ whose sha256 differs is refused.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -52,13 +51,6 @@ class Refused(ValueError):
     """A message that decoded but must not be used; the text is the logged reason."""
 
 
-def _header(store: typesys.Typestore, stamp_ns: int) -> object:
-    time_t = store.types["builtin_interfaces/msg/Time"]
-    return store.types["std_msgs/msg/Header"](
-        stamp=time_t(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id=""
-    )
-
-
 def _is_image(a: np.ndarray) -> bool:
     return a.dtype == np.uint8 and a.ndim == 3 and a.shape[2] == 3
 
@@ -69,7 +61,7 @@ def encode_batch(
     """Pack transitions; non-image arrays travel as float32, each distinct camera frame once as rgb8."""
     store = typesys.typestore(distro)
     array_t, cam_t = store.types["robot_rl_msgs/msg/ArrayField"], store.types["robot_rl_msgs/msg/CameraFrames"]
-    image_t, header = store.types["sensor_msgs/msg/Image"], _header(store, time.time_ns())
+    image_t, header = store.types["sensor_msgs/msg/Image"], typesys.header_now(distro)
     first = ts[0]
 
     def array(name: str, rows: list[np.ndarray]) -> object:
@@ -269,7 +261,7 @@ class WeightsPublisher:
                 total_bytes=len(blob), sha256=digest, data=view[i * self.chunk_bytes : (i + 1) * self.chunk_bytes],
             ))  # fmt: skip
         self.announce.publish(store.types[ANNOUNCE_T](
-            header=_header(store, time.time_ns()), task=cfg.task, schema_version=typesys.SCHEMA_VERSION,
+            header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION,
             version=version, sha256=digest, total_bytes=len(blob), num_chunks=n,
         ))  # fmt: skip
 

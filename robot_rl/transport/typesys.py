@@ -8,6 +8,7 @@ cyclone's validation of incoming CDR).
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -77,3 +78,14 @@ def deserialize(raw: bytes | memoryview, ros_type: str, distro: str = "jazzy") -
 def msg_class(ros_type: str, distro: str = "jazzy") -> Any:
     """The rosbags dataclass for a type; construct messages with it."""
     return typestore(distro).types[ros_type]
+
+
+def header(sec: int, nanosec: int, frame_id: str = "", distro: str = "jazzy") -> Any:
+    """A std_msgs/Header; every message we build gets its stamp here."""
+    time_t = msg_class("builtin_interfaces/msg/Time", distro)
+    return msg_class("std_msgs/msg/Header", distro)(stamp=time_t(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+
+def header_now(distro: str = "jazzy") -> Any:
+    sec, nanosec = divmod(time.time_ns(), 10**9)
+    return header(sec, nanosec, "", distro)
