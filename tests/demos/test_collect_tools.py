@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import robot_rl
+from demos_util import robot_rl
 
 from robot_rl.demos.collect import CollectConfig, collect_to_store, make_collect_env, run_episode
 from robot_rl.demos.dataset import info, validate

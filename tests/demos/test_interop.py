@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import zarr
-from conftest import robot_rl
+from demos_util import robot_rl
 
 from robot_rl.demos.interop.rosbag import import_rosbag
 from robot_rl.demos.store import EpisodeStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import robot_rl
+from demos_util import robot_rl
 
 
 def _png_ok(path: Path) -> np.ndarray:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spawn, stop, wait_until
+from real_util import spawn, stop, wait_until
 
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.evaluation import evaluate_checkpoint

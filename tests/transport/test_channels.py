@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import wait_until
 from safetensors.torch import save as st_save
+from transport_util import wait_until
 
 from robot_rl.transport import (
     TransitionReceiver,
@@ -63,7 +63,7 @@ def test_burst_from_other_process_is_lossless_and_ordered(cfg) -> None:
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from conftest import make_episode, wait_until
+        from transport_util import make_episode, wait_until
         from robot_rl.transport import TransitionSender, TransportConfig, make_transport
         tr = make_transport(TransportConfig(backend="dds", domain_id={cfg().domain_id}, task="reach"))
         tx = TransitionSender(tr, "burst", batch_size=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import wait_until
+from transport_util import wait_until
 
 from robot_rl.transport import make_transport, typesys
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import wait_until
 from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication, BuiltinTopicDcpsSubscription
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.qos import Policy
+from transport_util import wait_until
 
 from robot_rl.transport import TopicQos, typesys
 from robot_rl.transport.dds import DISCOVERY_TYPE, DdsTransport, idl_type
