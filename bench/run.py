@@ -17,7 +17,10 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-AREAS = ("sim", "learner", "demos", "transport", "real", "main_job", "pixel_run")
+AREAS = (
+    "sim", "learner", "demos", "transport", "real", "dr_transfer", "main_job", "pixel_run", "vla", "maniskill",
+    "steering",
+)  # fmt: skip
 
 
 def fmt(v: object) -> str:

@@ -28,7 +28,8 @@ from robot_rl.transport import LATCHED_QOS, TopicQos, Transport, TransportConfig
 SENSOR_QOS = TopicQos(reliable=False, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
-STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", *OBJECT_FIELDS)
+STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "last_action", *OBJECT_FIELDS)
+REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
 
 
 class StaleDataError(RuntimeError):
@@ -113,6 +114,7 @@ class RobotEnv(gym.Env):
         self._estop_pressed = False
         self._prev_tcp: tuple[np.ndarray, float] | None = None
         self._t = 0
+        self._last_action = np.array(REST_ACTION)
         self.latencies: list[float] = []  # state stamp -> command publication, seconds
 
         n_state = max(s.stop for s in self.layout.values())
@@ -189,6 +191,7 @@ class RobotEnv(gym.Env):
             "ee_yaw_sin_cos": _ee_yaw_sin_cos(state.tcp_quat),
             "gripper_opening": np.array([state.gripper]),
             "tcp_vel": vel,
+            "last_action": self._last_action,
         }
         if self._needs_object:
             obj, obj_quat = msgs.pose_of(self._latest["object"][0])
@@ -248,6 +251,7 @@ class RobotEnv(gym.Env):
         a = np.asarray(action, dtype=np.float64).reshape(-1)
         if a.shape != (4,):
             raise ValueError(f"action must have shape (4,), got {a.shape}")
+        self._last_action = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
         self._poll()  # the delta is taken from the newest measured TCP, as in the sim env
         state = self.robot_state()
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
@@ -289,6 +293,7 @@ class RobotEnv(gym.Env):
         self.safety.reset()
         self._prev_tcp = None
         self._t = 0
+        self._last_action = np.array(REST_ACTION)
         obs = self._observe()
         self.rate.restart()
         return obs, {"success": self._success()}

@@ -63,7 +63,7 @@ class SimRobot:
 
     def __init__(self, cfg: SimRobotConfig, robot: RobotConfig, transport: Transport | None = None) -> None:
         self.cfg, self.robot = cfg, robot
-        rand = dataclasses.replace(cfg.randomization, action_latency=0)  # latency is modelled here, in seconds
+        rand = dataclasses.replace(cfg.randomization, action_latency=0, action_latency_max=0)  # latency: here, in s
         self.env = make_env(
             EnvConfig(
                 task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP,
@@ -241,7 +241,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
     p.add_argument("--task", default="PickCube")
     p.add_argument("--hz", type=float, default=100.0, help="physics/publish rate")
-    p.add_argument("--latency", type=float, default=0.0, help="seconds between a command arriving and acting")
+    p.add_argument("--latency", type=float, default=0.0,
+                   help="seconds between a command arriving and acting; 0.1 is one control period of a 10 Hz policy,"
+                        " what `randomization.action_latency=1` models in training")  # fmt: skip
     p.add_argument("--noise", type=float, default=0.0, help="metres of noise on published positions")
     p.add_argument("--command-timeout", type=float, default=0.25, help="hold when commands stop this long")
     p.add_argument("--cameras", default="", help="comma-separated model cameras to publish, e.g. front,wrist")

@@ -16,9 +16,11 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
+from robot_rl.algos.adapters import agent_env
 from robot_rl.algos.sac import make_policy
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
+from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.sim.envs import make_env, obs_layout
 
@@ -123,15 +125,25 @@ def load_checkpoint(
     return json.loads((path / "counters.json").read_text())
 
 
-def load_policy(path: Path) -> tuple[GaussianPolicy, TrainConfig]:
+def load_policy(path: Path | str) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
     """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
-    deployment node and the robot load. Only local paths: nothing is downloaded."""
+    deployment node and the robot load. Only local paths: nothing is downloaded. Residual and DSRL agents act
+    in `agent_env(cfg, env)`, which loads their frozen base the same way."""
+    path = Path(path)
+    if not (path / "config.yaml").exists():
+        raise FileNotFoundError(
+            f"{path} is not a checkpoint folder (no config.yaml); pass e.g. <run>/checkpoints/final"
+        )
     cfg: TrainConfig = OmegaConf.to_object(
         OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml"))
     )
-    env = make_env(cfg.env)
+    env = agent_env(cfg, make_env(cfg.env))
     state_dim, cameras, image_size = obs_layout(env)
-    policy = make_policy(cfg.sac, state_dim, env.action_space.shape[0], cameras, image_size or 64)
+    act_dim = env.action_space.shape[0]
+    if cfg.algo == "bc":
+        policy = make_chunk_policy(cfg.bc.policy, state_dim, act_dim, cameras, image_size or 64)
+    else:
+        policy = make_policy(cfg.sac, state_dim, act_dim, cameras, image_size or 64)
     weights = load_file(str(path / "model.safetensors"))
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
     env.close()

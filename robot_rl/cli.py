@@ -79,9 +79,12 @@ def run_config(overrides: list[str]) -> TrainConfig:
 
 
 def cmd_train(overrides: list[str]) -> int:
-    from robot_rl.loop.trainer import train
-
-    print(train(run_config(overrides)))
+    cfg = run_config(overrides)
+    if cfg.algo == "bc":
+        from robot_rl.loop.bc import train_bc as run
+    else:
+        from robot_rl.loop.trainer import train as run
+    print(run(cfg))
     return 0
 
 
@@ -182,6 +185,12 @@ def cmd_sim_robot(args: list[str]) -> int:
     return sim_robot_main(args)
 
 
+def cmd_vla_sft(args: list[str]) -> int:
+    from robot_rl.policies.vla.sft import main as vla_sft_main
+
+    return vla_sft_main(args)
+
+
 COMMANDS = {
     "train": cmd_train,
     "launch": cmd_launch,
@@ -196,6 +205,7 @@ COMMANDS = {
     "convert": cmd_convert,
     "deploy": cmd_deploy,
     "sim-robot": cmd_sim_robot,
+    "vla-sft": cmd_vla_sft,
 }
 
 
@@ -215,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             "  plot episode|training|report   PNG plots and the HTML dataset report\n"
             "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop\n"
             "  deploy CHECKPOINT --robot sim|franka|ur5e [--episodes K] [--hz 10] [--record STORE]   run on a robot\n"
-            "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics"
+            "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics\n"
+            "  vla-sft STORE OUT [--base tiny|full|DIR] [--finetune lora|full]   fine-tune pi0 on demos (vla extra)"
         )
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
+from robot_rl.algos.dsrl import DSRLConfig
+from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SACConfig
+from robot_rl.policies.chunked import ChunkPolicyConfig
 from robot_rl.sim.envs import EnvConfig
 from robot_rl.sim.experts import InterventionConfig
 from robot_rl.transport.base import TransportConfig
@@ -69,9 +72,30 @@ class DistributedConfig:
 
 
 @dataclass
+class BCConfig:
+    """Behaviour cloning of an action-chunk policy from the demo store (`algo=bc_diffusion | bc_mlp`)."""
+
+    policy: ChunkPolicyConfig = field(default_factory=ChunkPolicyConfig)
+    steps: int = 3000  # gradient steps
+    batch_size: int = 256
+    lr: float = 3e-4
+    weight_decay: float = 1e-6
+    ema_decay: float = 0.995  # the evaluated and saved policy is this EMA of the weights (diffusion_policy)
+    eval_every: int = 1000  # gradient steps between sim evaluations
+    val_fraction: float = 0.1  # demo episodes held out for the validation loss (none with fewer than 5)
+
+
+ALGOS = ("sac", "bc", "residual", "dsrl")
+
+
+@dataclass
 class TrainConfig:
+    algo: str = "sac"  # sac (HIL-SERL) | bc (imitation) | residual (SAC on a frozen base) | dsrl (SAC in noise space)
     env: EnvConfig = field(default_factory=EnvConfig)
     sac: SACConfig = field(default_factory=SACConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
+    residual: ResidualConfig = field(default_factory=ResidualConfig)
+    dsrl: DSRLConfig = field(default_factory=DSRLConfig)
     intervention: InterventionConfig = field(default_factory=InterventionConfig)
     demos: DemoConfig = field(default_factory=DemoConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

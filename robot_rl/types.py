@@ -47,6 +47,12 @@ class Batch:
     def size(self) -> int:
         return self.action.shape[0]
 
+    @staticmethod
+    def of_windows(obs: TorchObs, action: torch.Tensor) -> Batch:
+        """A behaviour-cloning batch: observation windows (B, To, ...) and action chunks (B, horizon, Da)."""
+        zeros = torch.zeros(action.shape[0], device=action.device)
+        return Batch(obs=obs, action=action, reward=zeros, next_obs={}, terminated=zeros, intervened=zeros)
+
     def to(self, device: torch.device | str) -> Batch:
         def mv(d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {k: v.to(device, non_blocking=True) for k, v in d.items()}

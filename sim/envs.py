@@ -70,7 +70,8 @@ _TASKS: dict[str, _TaskSpec] = {
 
 @dataclass
 class EnvConfig:
-    task: str = "PickCube"  # PickCube | PegInsert
+    task: str = "PickCube"  # PickCube | PegInsert, or a ManiSkill id (PickCube-v1, ...) with sim=maniskill
+    sim: str = "auto"  # mujoco | maniskill | auto (by task name: ManiSkill ids end in -v<N>)
     obs: str = "state"  # state | pixels | both  (pixels: cameras + proprio only)
     cameras: tuple[str, ...] = ("front", "wrist")
     image_size: int = 64
@@ -142,7 +143,9 @@ class PandaEnv(gym.Env):
         self._yaw = 0.0
         self._prev_tcp = np.zeros(3)
         self._t = 0
-        self._latency: deque[np.ndarray] = deque()
+        # Commands (TCP target, yaw, gripper) waiting out `randomization.action_latency` control steps.
+        self._latency: deque[tuple[np.ndarray, float, float]] = deque()
+        self._last_action = np.zeros(self.action_dim)
 
     # ----------------------------------------------------------------------------------------- gym API
 
@@ -180,7 +183,9 @@ class PandaEnv(gym.Env):
         self._yaw = 0.0
         self._prev_tcp = d.site_xpos[self._tcp_id].copy()
         self._t = 0
-        self._latency = deque(np.zeros(self.action_dim) for _ in range(r.action_latency))
+        self._latency = deque((start.copy(), 0.0, -1.0) for _ in range(self._randomizer.latency))  # hold, open
+        self._last_action[:] = 0.0
+        self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
         obs = self._observe()
         return obs, {"success": self._success()}
 
@@ -191,26 +196,31 @@ class PandaEnv(gym.Env):
         if not np.isfinite(a).all():
             raise ValueError(f"action contains NaN or inf: {a}; refusing to step the simulator")
         a = np.clip(a, -1.0, 1.0)
-        if self._latency:
-            self._latency.append(a)
-            a = self._latency.popleft()
 
         d = self.data
         tcp = d.site_xpos[self._tcp_id]
         # Relative to the measured TCP, not the previous target: the policy sees the TCP, so the
         # dynamics stay Markov in what it observes (SERL's relative-frame actions).
-        target = tcp + a[:3] * self.cfg.max_step
-        np.clip(target, self._ws_lo, self._ws_hi, out=target)
+        target = np.clip(tcp + a[:3] * self.cfg.max_step, self._ws_lo, self._ws_hi)
+        if self.cfg.yaw:
+            self._yaw = min(max(self._yaw + a[3] * self.cfg.max_yaw_step, -self._yaw_limit), self._yaw_limit)
+        command = (target, self._yaw, float(a[-1]))
+        self._last_action[:] = a
+        if self._latency:
+            # Latency delays the absolute command made from what the policy saw, as a robot controller receives
+            # a late pose target (real/robot.py sends targets). Re-applying a late *delta* to the newer TCP
+            # instead turns a full-gain controller into a marginally stable oscillator (x' = x + g - x_prev).
+            self._latency.append(command)
+            command = self._latency.popleft()
+        target, yaw, grip = command
         self._target = target
         d.mocap_pos[self._mocap_id] = target
         if self.cfg.yaw:
-            yaw = self._yaw + a[3] * self.cfg.max_yaw_step
-            self._yaw = min(max(yaw, -self._yaw_limit), self._yaw_limit)
-            d.mocap_quat[self._mocap_id] = down_quat(self._yaw)
+            d.mocap_quat[self._mocap_id] = down_quat(yaw)
         if not self._peg:
             # Proportional, not a switch: a critic gets no gradient through a step function.
             # Any command > 0 closes past the 4 cm cube, so "> 0 grasps" still holds.
-            d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - a[-1])
+            d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
         mujoco.mj_step(self.model, d, self.n_substeps)
         self._t += 1
@@ -258,6 +268,8 @@ class PandaEnv(gym.Env):
         if self.cfg.yaw:
             parts.append(("ee_yaw_sin_cos", 2))
         parts += [("gripper_opening", 1), ("tcp_vel", 3)]
+        if self.cfg.randomization.observe_last_action:
+            parts.append(("last_action", self.action_dim))
         if self.cfg.obs != "pixels":
             if self._peg:
                 parts += [("peg_bottom", 3), ("hole_top", 3), ("hole_minus_peg_bottom", 3)]
@@ -280,6 +292,8 @@ class PandaEnv(gym.Env):
             parts.append(np.array([xmat[3], xmat[0]]))
         parts.append(np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]))
         parts.append((tcp - self._prev_tcp) / self.control_dt)
+        if self.cfg.randomization.observe_last_action:
+            parts.append(self._last_action)
         if self.cfg.obs != "pixels":
             if self._peg:
                 pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
@@ -369,7 +383,16 @@ def obs_layout(env: gym.Env) -> tuple[int, tuple[str, ...], int]:
 
 def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
     """Build an env; with a seed, its first reset and its action space are seeded."""
-    env = PandaEnv(cfg)
+    from robot_rl.sim.maniskill import is_maniskill_task, make_maniskill_env  # numpy-only until it builds one
+
+    sim = cfg.sim if cfg.sim != "auto" else ("maniskill" if is_maniskill_task(cfg.task) else "mujoco")
+    if sim not in ("mujoco", "maniskill"):
+        raise ValueError(f"unknown sim {cfg.sim!r}; expected mujoco, maniskill or auto")
+    if sim == "mujoco" and is_maniskill_task(cfg.task):
+        raise ValueError(f"task {cfg.task!r} is a ManiSkill task: add sim=maniskill (sim=mujoco runs {TASKS})")
+    if sim == "maniskill" and not is_maniskill_task(cfg.task):
+        raise ValueError(f"sim=maniskill runs ManiSkill tasks (task=PickCube-v1, ...), not {cfg.task!r}")
+    env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)

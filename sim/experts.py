@@ -33,8 +33,10 @@ class ScriptedExpert:
         s = u.sim_state()
         if u.task == "PickCube":
             goal, grip = self._pick_cube(s)
-        else:
+        elif u.task == "PegInsert":
             goal, grip = self._peg_insert(s)
+        else:  # other backends' tasks (sim/maniskill.py) bring their expert as (TCP goal, gripper)
+            goal, grip = u.expert_goal(s)
         move = np.clip((goal - s["tcp"]) / s["max_step"], -1.0, 1.0)
         parts = [move]
         if s["yaw_control"]:
@@ -94,6 +96,8 @@ class ScriptedExpert:
 
 def goal_distance(s: dict[str, Any]) -> float:
     """Task potential (metres-like): lower is closer to success; jumps up when an object is dropped."""
+    if "goal_distance" in s:  # envs of other backends compute their task's own
+        return float(s["goal_distance"])
     if "peg_bottom" in s:
         rel = s["hole_top"] - s["peg_bottom"]
         return float(np.linalg.norm(rel[:2]) + abs(-rel[2] + INSERT_DEPTH) + (0.0 if s["grasped"] else 0.1))

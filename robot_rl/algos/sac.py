@@ -36,6 +36,7 @@ class SACConfig:
     image_feature_dim: int = 64
     pretrained_encoder: str = ""  # safetensors of a ConvEncoder (local path), loaded into every camera's encoder
     augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
+    zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
 
 
 def make_policy(
@@ -43,7 +44,12 @@ def make_policy(
 ) -> GaussianPolicy:
     """The actor network alone: what actor nodes and the robot build to receive the learner's weights."""
     encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad)
-    return GaussianPolicy(encoder, act_dim, cfg.hidden)
+    policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
+    if cfg.zero_init_actor:
+        last = policy.head.trunk[-1]
+        torch.nn.init.zeros_(last.weight)
+        torch.nn.init.zeros_(last.bias)
+    return policy
 
 
 class Critic(nn.Module):

@@ -29,6 +29,7 @@ class EpisodeStats:
     episodes: int = 0
     successes: int = 0
     steps: int = 0
+    sim_steps: int = 0  # env steps executed; more than `steps` when one agent step runs an action chunk (DSRL)
     intervened_steps: int = 0
     recent_success: list[bool] = field(default_factory=list)
     recent_intervention: list[float] = field(default_factory=list)
@@ -91,11 +92,14 @@ class Actor:
         intervened = False
         if self.intervener is not None:
             action, intervened = self.intervener(self.env, action)
+            if intervened and hasattr(self.env, "agent_action"):  # residual: the human's action in agent terms
+                action = self.env.agent_action(action)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         self._ep_len += 1
         self._ep_interventions += int(intervened)
         self._ep_return += float(reward)
         self.stats.steps += 1
+        self.stats.sim_steps += int(info.get("chunk_length", 1))
         self.stats.intervened_steps += int(intervened)
         t = Transition(
             obs=obs,

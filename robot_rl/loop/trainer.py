@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from robot_rl.algos.adapters import agent_env
 from robot_rl.algos.reward_classifier import (
     ClassifierReward,
     RewardClassifier,
@@ -108,15 +109,29 @@ def make_reward_classifier(
 
 
 def make_train_env(cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None) -> gym.Env:
-    """The env actors step: with a classifier, success no longer ends episodes; only its verdict does."""
+    """The env actors step: with a classifier, success no longer ends episodes; only its verdict does. Residual
+    and DSRL agents act through their adapter around it."""
     if cfg.reward.source == "env":
-        return make_env(cfg.env, seed=seed)
+        return agent_env(cfg, make_env(cfg.env, seed=seed))
     if cfg.reward.source != "classifier":
         raise ValueError(f"reward.source={cfg.reward.source!r}; expected 'env' or 'classifier'")
     if clf is None:
         raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path for actor nodes)")
     env = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=seed)
-    return ClassifierReward(env, clf, cfg.reward.threshold)
+    return agent_env(cfg, ClassifierReward(env, clf, cfg.reward.threshold))
+
+
+def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
+    """States visited by random actions: a normaliser for runs with no demos."""
+    states = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + 500_000 + ep)
+        done = False
+        while not done:
+            states.append(obs["state"])
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            done = terminated or truncated
+    return np.stack(states)
 
 
 def make_human(cfg: TrainConfig, seed: int) -> SimulatedHuman | None:
@@ -140,20 +155,35 @@ class TrainingRun:
         (self.run_dir / "config.yaml").write_text(self.config_yaml)
         seed_everything(cfg.seed)
 
-        self.eval_env = make_env(cfg.env, seed=cfg.seed + 1)
+        if cfg.algo not in ("sac", "residual", "dsrl"):
+            raise ValueError(f"algo={cfg.algo!r} is not trained by SAC; expected sac | residual | dsrl")
+        if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):
+            raise ValueError(
+                "algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: "
+                "set intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)"
+            )
+        self.eval_env = agent_env(cfg, make_env(cfg.env, seed=cfg.seed + 1))
         layout = obs_layout(self.eval_env)
         self.classifier = (
             make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
         )
         state_dim, cameras, image_size = layout
-        self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
         demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
-        for i in range(len(self.store)):
-            for t in episode_transitions(self.store, i, ["state", *cameras]):
-                demo_buf.add(t)
+        self.store = None
+        if cfg.algo != "dsrl":
+            self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
+            for i in range(len(self.store)):
+                episode = episode_transitions(self.store, i, ["state", *cameras])
+                if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
+                    episode = self.eval_env.convert_episode(episode)
+                for t in episode:
+                    demo_buf.add(t)
         algo = SAC(cfg.sac, state_dim, self.eval_env.action_space.shape[0], cameras, image_size)
-        algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
+        if len(demo_buf):
+            algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
+        else:  # no demos (DSRL): the states of a few random episodes fix the normaliser
+            algo.policy.encoder.set_state_normalization(torch.from_numpy(probe_states(self.eval_env, cfg.seed)))
         self.algo = algo.to(self.device)
         self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
@@ -196,11 +226,13 @@ class TrainingRun:
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
         save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
 
-    def evaluate(self, episodes: int) -> EvalResult:
+    def evaluate(self, episodes: int, sim_steps: int | None = None) -> EvalResult:
+        """`sim_steps`: env steps behind the agent's steps, when an agent step is an action chunk."""
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step = self.learner.env_steps
-        self.eval_log.append({"env_steps": step, "updates": self.learner.updates, **res.as_dict()})
+        entry = {"env_steps": step, "updates": self.learner.updates, **res.as_dict()}
+        self.eval_log.append(entry if sim_steps is None else {**entry, "sim_steps": sim_steps})
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
@@ -219,7 +251,7 @@ class TrainingRun:
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if loop.eval_every and step % loop.eval_every == 0:
-            self.last_eval = self.evaluate(loop.eval_episodes).success_rate
+            self.last_eval = self.evaluate(loop.eval_episodes, stats.sim_steps).success_rate
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
@@ -229,7 +261,7 @@ class TrainingRun:
     def finish(self, stats: EpisodeStats, **extra: object) -> Path:
         """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path."""
         self.bar.close()
-        final = self.evaluate(self.cfg.loop.final_eval_episodes)
+        final = self.evaluate(self.cfg.loop.final_eval_episodes, stats.sim_steps)
         self.checkpoint("final", stats.episodes)
         self.writer.close()
         cfg, learner = self.cfg, self.learner
@@ -240,12 +272,14 @@ class TrainingRun:
             "final_success_rate": final.success_rate,
             "final_success_ci": final.success_ci,
             "final_mean_length": final.mean_length,
+            "algo": cfg.algo,
             "env_steps": learner.env_steps,
+            "sim_steps": stats.sim_steps,
             "updates": learner.updates,
             "critic_updates": learner.updates * cfg.sac.utd,
             "wall_clock_s": round(self.state.wall_clock_s, 2),
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
-            "demo_episodes": len(self.store),
+            "demo_episodes": len(self.store) if self.store is not None else 0,
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / "final"),

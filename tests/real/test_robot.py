@@ -20,6 +20,7 @@ from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.randomization import RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
 
 
@@ -90,6 +91,21 @@ def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, co
     assert info["latency_s"] < 0.05 and not info["hold"]
     env.close()
     served.close()
+
+
+def test_last_action_is_observed_like_the_sim_env_when_the_policy_was_trained_with_it(robot_cfg, served) -> None:
+    ref = make_env(EnvConfig(randomization=RandomizationConfig(observe_last_action=True)))
+    sl = ref.unwrapped.state_layout["last_action"]
+    env = RobotEnv(robot_cfg, ref.unwrapped.state_layout, hz=20.0)
+    ref_obs, _ = ref.reset(seed=3)
+    obs, _ = env.reset(seed=3)
+    assert obs["state"].shape == ref_obs["state"].shape == (17,)
+    assert obs["state"][sl].tolist() == ref_obs["state"][sl].tolist() == [0.0, 0.0, 0.0, -1.0]
+    action = np.array([0.5, 2.0, -0.25, 1.0])
+    assert env.step(action)[0]["state"][sl].tolist() == ref.step(action)[0]["state"][sl].tolist()
+    assert env.step(np.array([np.nan, 0.0, 0.0, 0.0]))[0]["state"][sl].tolist() == [0.0, 0.0, 0.0, 0.0]  # held
+    env.close()
+    ref.close()
 
 
 def test_stale_state_raises_and_publishes_no_pose(robot_cfg, served) -> None:

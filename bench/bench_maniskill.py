@@ -1,0 +1,88 @@
+"""ManiSkill 3 env steps/s next to our MuJoCo env: 1 and N envs, state and RGB, CPU (and GPU PhysX with CUDA).
+
+Rates count env steps (a batch of N is N steps), at our 10 Hz control, random actions, resets when episodes end.
+CPU ManiSkill 3.0 has one env per PhysX scene, so N CPU envs are N scenes stepped in turn; on GPU the N envs are
+one batched ManiSkill env (`num_envs=N`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from common import rates
+
+from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.maniskill import ManiSkillVecEnv, maniskill_available, vulkan_available
+
+TASK = "PickCube-v1"
+
+
+def _vec_stepper(vec: ManiSkillVecEnv, rng: np.random.Generator):
+    def step() -> None:
+        _, _, term, trunc, _ = vec.step(rng.uniform(-1, 1, (vec.num_envs, vec.action_dim)))
+        done = np.flatnonzero(term | trunc)
+        if done.size:
+            vec.reset(env_idx=done)
+
+    return step
+
+
+def _row(name: str, n: int, reps: int, make, startup: bool = False) -> dict:
+    t = time.perf_counter()
+    vec = make()
+    start_s = time.perf_counter() - t
+    vec.reset(seed=0)
+    wall, cpu = rates(_vec_stepper(vec, np.random.default_rng(0)), reps)
+    vec.close()
+    row = {"bench": name, "envs": n, "env_steps_per_s": wall * n, "env_steps_per_cpu_s": cpu * n}
+    if startup:
+        row["startup_s"] = start_s
+    return row
+
+
+def main(quick: bool = False, n_cpu: int = 4, n_gpu: int = 256) -> list[dict]:
+    ok, why = maniskill_available()
+    if not ok:
+        return [{"bench": "maniskill", "skipped": why}]
+    reps = 50 if quick else 300
+    rows = []
+    mj = make_env(EnvConfig(task="PickCube"), seed=0)
+    rng = np.random.default_rng(0)
+
+    def mj_step() -> None:
+        _, _, term, trunc, _ = mj.step(rng.uniform(-1, 1, 4))
+        if term or trunc:
+            mj.reset()
+
+    wall, cpu = rates(mj_step, reps * 4)
+    rows.append({"bench": "MuJoCo PickCube state", "envs": 1, "env_steps_per_s": wall, "env_steps_per_cpu_s": cpu})
+
+    obs_modes = [("state", "state", 64)]
+    vulkan, why = vulkan_available()
+    if vulkan:
+        obs_modes.append(("rgb front 128px", "pixels", 128))
+    else:
+        rows.append({"bench": "ManiSkill RGB", "skipped": why})
+    for label, obs, size in obs_modes:
+        r = reps if obs == "state" else max(reps // 10, 10)
+        kw = dict(obs=obs, cameras=("front",), image_size=size)
+        rows.append(_row(f"ManiSkill {TASK} {label} cpu", 1, r,
+                         lambda kw=kw: ManiSkillVecEnv(TASK, 1, backend="cpu", **kw), startup=True))  # fmt: skip
+        rows.append(_row(f"ManiSkill {TASK} {label} cpu", n_cpu, max(r // n_cpu, 5),
+                         lambda kw=kw: ManiSkillVecEnv(TASK, n_cpu, backend="cpu", **kw)))  # fmt: skip
+        if torch.cuda.is_available():
+            for n in (1, n_gpu):
+                rows.append(_row(f"ManiSkill {TASK} {label} gpu", n, r,
+                                 lambda kw=kw, n=n: ManiSkillVecEnv(TASK, n, backend="gpu", **kw),
+                                 startup=True))  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    quick = "--quick" in sys.argv
+    for r in main(quick=quick):
+        print(r)
