@@ -69,6 +69,9 @@ def deploy(
     from robot_rl.sim.envs import make_env
 
     policy, cfg = load_policy(checkpoint)
+    if cfg.algo in ("residual", "dsrl"):
+        raise ValueError(f"deploying an algo={cfg.algo} agent is not supported yet (its frozen base runs inside a "
+                         f"sim-side adapter); deploy its base ({cfg.algo}.base) or a sac / bc checkpoint")  # fmt: skip
     if cfg.env.yaw:
         raise ValueError("deployment supports position-only policies (env.yaw=false)")
     sim = make_env(cfg.env).unwrapped  # only to read the task's layout and length, never stepped

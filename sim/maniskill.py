@@ -254,7 +254,7 @@ EXPERTS = {"PickCube-v1": pick_place_goal, "PushCube-v1": push_goal}
 
 @functools.cache
 def maniskill_available() -> tuple[bool, str]:
-    """(usable, reason if not): ManiSkill 3 and SAPIEN import. Enough for state observations."""
+    """(importable, reason if not): ManiSkill 3 and SAPIEN import (building a scene also needs Vulkan)."""
     try:
         import mani_skill.envs  # noqa: F401
     except Exception as e:  # ImportError, or SAPIEN failing to load its native libraries
@@ -264,7 +264,7 @@ def maniskill_available() -> tuple[bool, str]:
 
 @functools.cache
 def vulkan_available() -> tuple[bool, str]:
-    """(usable, reason if not): SAPIEN's renderer comes up, which cameras need."""
+    """(usable, reason if not): SAPIEN finds a Vulkan device; it needs one even without cameras (URDF materials)."""
     ok, why = maniskill_available()
     if not ok:
         return ok, why
@@ -350,7 +350,7 @@ class ManiSkillVecEnv:
             sim_config={"sim_freq": 100, "control_freq": int(control_hz)},
             sensor_configs={"width": image_size, "height": image_size},
             render_mode=None,
-            # No renderer at all for state: start-up is faster and no Vulkan device is needed.
+            # No render system for state (cheaper start-up); SAPIEN still needs a Vulkan device to load the robot.
             render_backend=("gpu" if torch.cuda.is_available() else "cpu") if self.cameras else "none",
         )
         if backend == "gpu":
@@ -574,7 +574,7 @@ class ManiSkillEnv(gym.Env):
 
 def make_maniskill_env(cfg: EnvConfig) -> ManiSkillEnv:
     check_task(cfg.task)
-    ok, why = vulkan_available() if cfg.obs != "state" else maniskill_available()
+    ok, why = vulkan_available()
     if not ok:
-        raise RuntimeError(f"sim=maniskill cannot start {cfg.task} with obs={cfg.obs}: {why}")
+        raise RuntimeError(f"sim=maniskill cannot start {cfg.task}: {why}")
     return ManiSkillEnv(cfg)
