@@ -26,11 +26,15 @@ from robot_rl.transport import (
     typesys,
 )
 from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
-from robot_rl.transport.channels import BATCH_T, encode_batch
+from robot_rl.transport.channels import BATCH_T, TRANSITIONS_TOPIC, encode_batch, transition_qos
 from robot_rl.types import Transition
 
 os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
-BATCH = 16
+# (cameras, transitions per message, transitions sent). Both paths use the same batch: TCP sends one
+# `batch x wire bytes` write per DDS message. 16 was the old bench batch; 256 state transitions is one 32 KB
+# message, the size where per-message costs stop dominating.
+CASES = ((0, 16, 20000), (0, 256, 40000), (2, 16, 2000))
+QUICK_CASES = ((0, 16, 2000), (0, 256, 4000), (2, 16, 200))
 ACTION_T = "std_msgs/msg/Float64MultiArray"
 ACK_T = "std_msgs/msg/String"
 
@@ -67,13 +71,24 @@ def wait_until(pred, timeout_s: float = 30.0) -> None:
 def child(role: str, domain: int, arg: int) -> None:
     with make_transport(cfg(role, domain)) as tr:
         if role == "send":
-            tx = TransitionSender(tr, "bench", batch_size=BATCH)
+            batch = int(os.environ["BENCH_BATCH"])
+            tx = TransitionSender(tr, "bench", batch_size=batch)
             eps = episode(arg, cams=int(os.environ["BENCH_CAMS"]))
             wait_until(lambda: tx.pub.matched() >= 1)
             for t in eps:
                 tx.add(t)
             tx.flush()
             tx.pub.writer.wait_for_acks(10**10)
+        elif role == "send_cdr":  # the transport alone: one pre-encoded message, published n / batch times
+            batch = int(os.environ["BENCH_BATCH"])
+            raw = typesys.serialize(
+                encode_batch(episode(batch, int(os.environ["BENCH_CAMS"])), "bench", "b", 0, 0), BATCH_T
+            )
+            pub = tr.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
+            wait_until(lambda: pub.matched() >= 1)
+            for _ in range(arg // batch):
+                pub.publish_raw(raw)
+            pub.writer.wait_for_acks(10**10)
         elif role == "echo":
             sub, pub = tr.subscription("action", ACTION_T), tr.publisher("action_echo", ACTION_T)
             deadline = time.monotonic() + 120
@@ -98,12 +113,13 @@ def spawn(role: str, domain: int, arg: int, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, __file__, role, str(domain), str(arg)], env={**os.environ, **env})
 
 
-def dds_rate(domain: int, n: int, cams: int) -> tuple[float, float]:
-    eps = episode(BATCH, cams)
-    wire = len(typesys.serialize(encode_batch(eps, "bench", "b", 0, 0), BATCH_T)) / BATCH
+def dds_rate(domain: int, n: int, cams: int, batch: int) -> tuple[float, float]:
+    """End to end: Transitions into `TransitionSender` in one process, Transitions out of `TransitionReceiver`."""
+    eps = episode(batch, cams)
+    wire = len(typesys.serialize(encode_batch(eps, "bench", "b", 0, 0), BATCH_T)) / batch
     with make_transport(cfg("bench_rx", domain)) as tr:
         rx = TransitionReceiver(tr)
-        proc = spawn("send", domain, n, BENCH_CAMS=str(cams))
+        proc = spawn("send", domain, n, BENCH_CAMS=str(cams), BENCH_BATCH=str(batch))
         first = rx.poll(timeout_s=60.0)
         t0, got = time.perf_counter(), len(first)
         while got < n:
@@ -113,13 +129,29 @@ def dds_rate(domain: int, n: int, cams: int) -> tuple[float, float]:
     return (n - len(first)) / dt, wire
 
 
-def tcp_rate(nbytes: float, n: int) -> float:
+def dds_cdr_rate(domain: int, n: int, cams: int, batch: int) -> float:
+    """The DDS path without our encode/decode: pre-encoded CDR in, raw CDR bytes out (what TCP is doing)."""
+    with make_transport(cfg("bench_rx", domain)) as tr:
+        sub = tr.subscription(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
+        proc = spawn("send_cdr", domain, n, BENCH_CAMS=str(cams), BENCH_BATCH=str(batch))
+        sub.wait(60.0)
+        first = len(sub.take_raw())
+        t0, got = time.perf_counter(), first
+        while got < n // batch:
+            if sub.wait(5.0):
+                got += len(sub.take_raw())
+        dt = time.perf_counter() - t0
+        proc.wait()
+    return (got - first) * batch / dt
+
+
+def tcp_rate(nbytes: float, n: int, batch: int) -> float:
     """The same bytes per transition through a raw loopback socket, no encoding at either end."""
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
-    size = int(nbytes * BATCH)
+    size = int(nbytes * batch)
     code = (f"import socket;s=socket.create_connection(('127.0.0.1',{port}));p=bytes({size})\n"
-            f"for _ in range({n // BATCH}): s.sendall(p)\ns.close()")  # fmt: skip
+            f"for _ in range({n // batch}): s.sendall(p)\ns.close()")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code])
     conn, _ = srv.accept()
     t0, total = time.perf_counter(), 0
@@ -178,14 +210,16 @@ def weights_time(domain: int, n_params: int) -> float:
 def main(quick: bool = False) -> list[dict]:
     domain = random.randint(100, 200)
     rows = []
-    for cams, n in ((0, 2000 if quick else 20000), (2, 200 if quick else 2000)):
-        rate, wire = dds_rate(domain, n, cams)
+    for cams, batch, n in QUICK_CASES if quick else CASES:
+        rate, wire = dds_rate(domain, n, cams, batch)
+        cdr = dds_cdr_rate(domain, n, cams, batch)
         (t,) = episode(1, cams)
         raw = sum(v.nbytes for v in (*t.obs.values(), *t.next_obs.values(), t.action))
-        tcp = tcp_rate(wire, n)
-        rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {BATCH}",
-                     "dds_per_s": rate, "dds_MB_s": rate * wire / 1e6, "tcp_per_s": tcp,
+        tcp = tcp_rate(wire, n, batch)
+        rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {batch}",
+                     "batch": batch, "dds_per_s": rate, "dds_MB_s": rate * wire / 1e6, "tcp_per_s": tcp,
                      "tcp_MB_s": tcp * wire / 1e6, "fraction_of_tcp": rate / tcp, "goal": 0.7,
+                     "dds_cdr_only_per_s": cdr, "cdr_only_fraction_of_tcp": cdr / tcp,
                      "wire_bytes": wire, "raw_array_bytes": raw, "wire_over_raw": wire / raw})  # fmt: skip
     p50, p99 = action_rtt(domain, 200 if quick else 2000)
     rows.append({"bench": "action round trip, another process (Float64MultiArray[7])", "p50_ms": p50, "p99_ms": p99})

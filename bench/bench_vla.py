@@ -87,6 +87,36 @@ def chunk_latency(policy: PI0Policy, hw: int, reps: int, bf16: bool) -> dict[str
     return {"chunk_ms_p50": p50, "chunk_ms_p99": p99, "actions_per_chunk": policy.chunk_size}
 
 
+def rl_actor_steps(policy: PI0Policy, env_steps: int) -> list[dict]:
+    """Actor-side cost of RL on the frozen VLA (PickCube, 2 cameras at 32 px, state-only SAC agent): residual
+    (one env step per agent step, the VLA re-plans every n_action_steps) and DSRL (one chunk per agent step).
+    Time per env step, VLA inference included; the learner's SAC update on a state agent is `learner`'s row."""
+    from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
+    from robot_rl.algos.residual import ResidualConfig, ResidualEnv
+    from robot_rl.algos.sac import SACConfig, make_policy
+    from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
+
+    rows = []
+    env_cfg = EnvConfig(obs="pixels", image_size=32)
+    for name, env in (
+        ("residual", ResidualEnv(make_env(env_cfg, seed=0), policy, ResidualConfig(agent_cameras=False))),
+        ("dsrl", NoiseEnv(make_env(env_cfg, seed=0), policy, DSRLConfig(agent_cameras=False))),
+    ):
+        state_dim, cams, size = obs_layout(env)
+        agent = make_policy(SACConfig(), state_dim, env.action_space.shape[0], cams, size or 64)
+        obs, _ = env.reset(seed=0)
+        done, n, t = False, 0, time.perf_counter()
+        while n < env_steps:
+            if done:
+                obs, _ = env.reset()
+            obs, _, term, trunc, info = env.step(agent.select_action(obs))
+            done, n = term or trunc, n + int(info.get("chunk_length", 1))
+        s = (time.perf_counter() - t) / n
+        rows.append({"bench": f"tiny_cpu_{name}_actor", "env_step_ms": 1e3 * s, "env_steps_per_s": 1 / s,
+                     "agent_obs": "+".join(("state", *cams)), "agent_act_dim": env.action_space.shape[0]})  # fmt: skip
+    return rows
+
+
 def _tiny(device: str) -> PI0Policy:
     cfg = VLAConfig(cameras=CAMS, state_dim=7, action_dim=4, n_action_steps=4, max_text_len=32)
     return PI0Policy.from_config(tiny_pi0_config(), cfg, seed=0).to(device)
@@ -118,6 +148,7 @@ def main(quick: bool = False) -> list[dict]:
         r = sft_step(tiny, b, 32, steps=5 if quick else 30, bf16=False)
         rows.append({"bench": f"tiny_cpu_lora_sft_b{b}", **r, "trainable": n_train, "params": n_all})
     rows.append({"bench": "tiny_cpu_chunk_latency", **chunk_latency(tiny, 32, reps=10 if quick else 100, bf16=False)})
+    rows += rl_actor_steps(_tiny("cpu"), env_steps=100 if quick else 1000)
     rows.append({"bench": "pi0_full_params", "params": full_param_count()})
     if not torch.cuda.is_available():
         rows.append({"bench": "pi0_full_gpu", "skipped": "no CUDA"})

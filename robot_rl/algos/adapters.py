@@ -5,9 +5,11 @@ One function for the trainer, the actor nodes, evaluation and replay, so all of 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
+import torch
 
 from robot_rl.algos.dsrl import NoiseEnv
 from robot_rl.algos.residual import ResidualEnv
@@ -16,16 +18,37 @@ if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
 
 
+def load_base(path: str | Path) -> torch.nn.Module:
+    """The frozen base of a residual / DSRL agent, by what the folder holds: a `robot-rl train` checkpoint
+    (config.yaml: bc, sac or residual runs) or a VLA checkpoint (`robot-rl vla-sft`'s vla.json, or a
+    transformers / LeRobot pi0 config.json). Local folders only; the VLA loads on CPU in fp32."""
+    path = Path(path)
+    if (path / "config.yaml").is_file():
+        from robot_rl.checkpoint import load_policy
+
+        return load_policy(path)[0]
+    if (path / "vla.json").is_file() or (path / "config.json").is_file():
+        from robot_rl.policies.vla import load_policy as load_vla  # the vla extra
+
+        return load_vla(path)
+    hint = " (a vla-sft output: pass its checkpoints/final)" if (path / "checkpoints").is_dir() else ""
+    raise FileNotFoundError(
+        f"{path} is not a base policy folder{hint}: expected a robot-rl checkpoint (config.yaml, e.g. "
+        "<run>/checkpoints/final) or a VLA checkpoint (vla.json or a pi0 config.json)"
+    )
+
+
 def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
-    """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base from its checkpoint folder."""
+    """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base with `load_base`."""
     if cfg.algo not in ("residual", "dsrl"):
         return env
-    from robot_rl.checkpoint import load_policy
-
     base_path = cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base
     if not base_path:
         raise ValueError(f"algo={cfg.algo} needs {cfg.algo}.base=<checkpoint folder of the frozen base policy>")
-    base, _ = load_policy(base_path)
+    base = load_base(base_path)
+    reads = getattr(getattr(base, "cfg", None), "cameras", ())  # a VLA's cameras (its VLAConfig)
+    if missing := [c for c in reads if c not in env.observation_space.spaces]:
+        raise ValueError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
     if cfg.algo == "residual":
         return ResidualEnv(env, base, cfg.residual)
     return NoiseEnv(env, base, cfg.dsrl)

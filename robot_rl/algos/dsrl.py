@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robot_rl.algos.residual import agent_space
 from robot_rl.types import NpObs
 
 
@@ -22,6 +23,7 @@ class DSRLConfig:
     base: str = ""  # checkpoint folder of the frozen diffusion policy (a `algo=bc_diffusion` run)
     noise_bound: float = 1.5  # |noise| <= this, per element (standard normal mass within 1.5: 87 %)
     chunk_reward: str = "sum"  # sum | max of the env rewards over the executed chunk
+    agent_cameras: bool = True  # false: the agent sees proprio state only; the base still reads cameras
 
 
 class NoiseEnv(gym.Wrapper):
@@ -37,6 +39,7 @@ class NoiseEnv(gym.Wrapper):
         self.cfg = cfg
         self.noise_shape = tuple(policy.noise_shape)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (int(np.prod(self.noise_shape)),), np.float32)
+        self.observation_space = agent_space(env.observation_space, cfg.agent_cameras)
         self.sim_steps = 0  # env steps actually executed (agent steps count chunks)
         self._obs: NpObs | None = None
 
@@ -44,7 +47,11 @@ class NoiseEnv(gym.Wrapper):
         obs, info = self.env.reset(**kwargs)
         self.policy.reset()
         self._obs = obs
-        return obs, info
+        return self._agent_obs(obs), info
+
+    def _agent_obs(self, obs: NpObs) -> NpObs:
+        """The policy keeps the full observation (`_obs`); the agent gets its view of it."""
+        return obs if self.cfg.agent_cameras else {k: obs[k] for k in self.observation_space.spaces}
 
     def noise(self, action: np.ndarray) -> torch.Tensor:
         """Agent action in [-1, 1] -> the diffusion start noise (1, horizon, Da), inside +-noise_bound."""
@@ -68,4 +75,4 @@ class NoiseEnv(gym.Wrapper):
         self._obs = obs
         reward = sum(rewards) if self.cfg.chunk_reward == "sum" else max(rewards)
         info = {**info, "chunk_actions": np.stack(executed), "chunk_length": len(executed)}
-        return obs, reward, terminated, truncated, info
+        return self._agent_obs(obs), reward, terminated, truncated, info

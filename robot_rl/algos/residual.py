@@ -24,6 +24,13 @@ class ResidualConfig:
     base: str = ""  # checkpoint folder of the frozen base policy (e.g. a bc run's checkpoints/final)
     scale: float = 0.2  # executed = clip(base + scale * residual): how far the head can move the base
     base_deterministic: bool = True  # the base acts on its mode, so the residual corrects a consistent action
+    agent_cameras: bool = True  # false: the agent sees state + base action only; the base still reads cameras
+
+
+def agent_space(space: gym.spaces.Dict, cameras: bool) -> gym.spaces.Dict:
+    """What an adapter's agent observes: everything, or without the camera frames ((H, W, 3) boxes) when the
+    agent acts on proprio only while its frozen base (a VLA) still reads the full observation."""
+    return space if cameras else gym.spaces.Dict({k: s for k, s in space.spaces.items() if len(s.shape) != 3})
 
 
 class ResidualEnv(gym.Wrapper):
@@ -37,12 +44,15 @@ class ResidualEnv(gym.Wrapper):
         state = env.observation_space["state"]
         spaces = dict(env.observation_space.spaces)
         spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (state.shape[0] + da,), np.float32)
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = agent_space(gym.spaces.Dict(spaces), cfg.agent_cameras)
         self.base_action = np.zeros(da, np.float32)
 
     def _augment(self, obs: NpObs) -> NpObs:
         self.base_action = np.asarray(self.base.select_action(obs, deterministic=self.cfg.base_deterministic))
-        return {**obs, "state": np.concatenate([obs["state"], self.base_action]).astype(np.float32)}
+        state = np.concatenate([obs["state"], self.base_action]).astype(np.float32)
+        if self.cfg.agent_cameras:
+            return {**obs, "state": state}
+        return {**{k: v for k, v in obs.items() if k in self.observation_space.spaces}, "state": state}
 
     def reset(self, **kwargs) -> tuple[NpObs, dict]:
         obs, info = self.env.reset(**kwargs)
@@ -61,11 +71,18 @@ class ResidualEnv(gym.Wrapper):
 
     def convert_episode(self, transitions: Iterable[Transition]) -> Iterator[Transition]:
         """One recorded env-space episode (a demo) in the agent's terms: the base is re-run along it in order,
-        so a chunked base sees the same history it would have seen acting."""
+        so a chunked base sees the same history it would have seen acting. The transitions must carry what the
+        base reads (a VLA's cameras) even when the agent does not see it (`agent_cameras=false`)."""
         self.base.reset()
         prev: Transition | None = None
         for t in transitions:
-            obs = self._augment(t.obs)
+            try:
+                obs = self._augment(t.obs)
+            except KeyError as e:
+                raise KeyError(
+                    f"the base reads {e} but the recorded observation has only {sorted(t.obs)}: convert demos "
+                    "with every key the base needs (or train without demos: demos.n_episodes=0)"
+                ) from e
             if prev is not None:
                 yield replace(prev, next_obs=obs)
             prev = replace(t, obs=obs, action=self.agent_action(t.action))

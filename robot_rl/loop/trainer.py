@@ -124,6 +124,7 @@ def make_train_env(cfg: TrainConfig, seed: int, clf: RewardClassifier | None = N
 def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
     """States visited by random actions: a normaliser for runs with no demos."""
     states = []
+    env.action_space.seed(seed)
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + 500_000 + ep)
         done = False

@@ -128,8 +128,10 @@ def decode_batch(msg: object, task: str) -> list[Transition]:
         cols[a.name] = a.data.reshape(shape)
     if "action" not in cols:
         raise Refused("no action array")
-    obs: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
-    next_obs: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
+    # Column -> per-transition rows once (views into the received buffer, no copies), then one pass that builds
+    # the Transitions: ~2x cheaper per transition than indexing every column for every transition.
+    obs_rows: dict[str, list[np.ndarray]] = {}
+    next_rows: dict[str, list[np.ndarray]] = {}
     for cam in msg.cameras:
         frames = []
         for f in cam.frames:
@@ -139,23 +141,25 @@ def decode_batch(msg: object, task: str) -> list[Transition]:
         for idx in (cam.obs_index, cam.next_obs_index):
             if len(idx) != n or (n and int(idx.max()) >= len(frames)):
                 raise Refused(f"camera {cam.name!r}: frame index out of range")
-        for i in range(n):
-            obs[i][cam.name] = frames[cam.obs_index[i]]
-            next_obs[i][cam.name] = frames[cam.next_obs_index[i]]
-    extras: dict[str, np.ndarray] = {}
+        obs_rows[cam.name] = [frames[i] for i in cam.obs_index.tolist()]
+        next_rows[cam.name] = [frames[i] for i in cam.next_obs_index.tolist()]
+    extras: dict[str, list[np.ndarray]] = {}
     for name, col in cols.items():
         kind, _, key = name.partition("/")
-        if kind == "obs" or kind == "next_obs":
-            for i in range(n):
-                (obs if kind == "obs" else next_obs)[i][key] = col[i]
+        if kind == "obs":
+            obs_rows[key] = list(col)
+        elif kind == "next_obs":
+            next_rows[key] = list(col)
         elif kind == "extras":
-            extras[key] = col
+            extras[key] = list(col)
         elif name != "action":
             raise Refused(f"unknown array {name!r}")
+    actions, rewards, flags = list(cols["action"]), msg.reward.tolist(), msg.flags.tolist()
     return [
-        Transition(obs=obs[i], action=cols["action"][i], reward=float(msg.reward[i]), next_obs=next_obs[i],
-                   terminated=bool(msg.flags[i] & TERMINATED), truncated=bool(msg.flags[i] & TRUNCATED),
-                   intervened=bool(msg.flags[i] & INTERVENED), extras={k: v[i] for k, v in extras.items()})
+        Transition(obs={k: v[i] for k, v in obs_rows.items()}, action=actions[i], reward=rewards[i],
+                   next_obs={k: v[i] for k, v in next_rows.items()}, terminated=bool(flags[i] & TERMINATED),
+                   truncated=bool(flags[i] & TRUNCATED), intervened=bool(flags[i] & INTERVENED),
+                   extras={k: v[i] for k, v in extras.items()})
         for i in range(n)
     ]  # fmt: skip
 

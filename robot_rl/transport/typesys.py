@@ -13,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import numpy as np
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
@@ -66,13 +67,34 @@ def user_data(ros_type: str, distro: str = "jazzy") -> bytes:
 
 def serialize(msg: object, ros_type: str, distro: str = "jazzy") -> bytes:
     """Little-endian plain CDR (XCDR1) with encapsulation header, zero-padded to 4 bytes like DDS sends it."""
-    raw = typestore(distro).serialize_cdr(msg, ros_type, little_endian=True)
-    return bytes(raw) + b"\0" * (-len(raw) % 4)
+    return bytes(serialize_into(msg, ros_type, None, distro))
+
+
+def serialize_into(msg: object, ros_type: str, buf: bytearray | None, distro: str = "jazzy") -> memoryview:
+    """`serialize` without the copies: rosbags' generated serializer writes straight into `buf` (grown when too
+    small, reused otherwise, so a 2 MB image batch costs one pass over the pixels instead of a fresh zeroed
+    allocation plus two copies). Returns a view of the message's bytes in `buf`, valid until the next call that
+    reuses `buf`: hand it to something that copies (cyclone's write does) before serializing again."""
+    store = typestore(distro)
+    msgdef = store.get_msgdef(ros_type)
+    size = 4 + msgdef.getsize_cdr(0, msg, store)
+    padded = size + (-size % 4)
+    if buf is None or len(buf) < padded:
+        buf = bytearray(padded)
+    else:
+        np.frombuffer(buf, np.uint8, padded)[:] = 0  # rosbags skips alignment gaps: they must read as zeros
+    view = memoryview(buf)[:padded]
+    view[:4] = b"\0\1\0\0"  # CDR_LE encapsulation, options 0
+    end = msgdef.serialize_cdr_le(view[4:], 0, msg, store)
+    if end + 4 != size:
+        raise ValueError(f"{ros_type}: serializer wrote {end + 4} of {size} bytes")
+    return view
 
 
 def deserialize(raw: bytes | memoryview, ros_type: str, distro: str = "jazzy") -> Any:
-    """Raises on malformed input (rosbags' SerdeError or a struct/value error)."""
-    return typestore(distro).deserialize_cdr(raw, ros_type)
+    """Raises on malformed input (rosbags' SerdeError or a struct/value error). Arrays in the result are
+    read-only views into `raw` (zero copy): rosbags slices its input, so a memoryview keeps that a view."""
+    return typestore(distro).deserialize_cdr(memoryview(raw), ros_type)
 
 
 def msg_class(ros_type: str, distro: str = "jazzy") -> Any:

@@ -23,7 +23,14 @@ from robot_rl.transport import (
     make_transport,
     typesys,
 )
-from robot_rl.transport.channels import BATCH_T, CHUNK_T, TRANSITIONS_TOPIC, encode_batch, transition_qos
+from robot_rl.transport.channels import (
+    BATCH_T,
+    CHUNK_T,
+    TRANSITIONS_TOPIC,
+    decode_batch,
+    encode_batch,
+    transition_qos,
+)
 
 
 def recv_all(rx: TransitionReceiver, n: int, timeout_s: float = 30.0) -> list:
@@ -142,3 +149,49 @@ def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, cap
         pub.publish(encode_batch(good, "reach", "x", 0, 0))
         assert len(rx.poll()) == 2
         assert rx.sub.dropped["malformed"] == 1 and rx.sub.dropped["oversized"] == 1
+
+
+def test_serialize_into_reused_buffer_matches_fresh_bytes(episode) -> None:
+    """The publisher's scratch buffer is reused: a smaller message after a larger one must not carry stale
+    bytes in rosbags' alignment gaps (they must be zeros, byte-for-byte what `serialize` gives)."""
+    big = encode_batch(episode(4, cams=("wrist",)), "a_longer_task_name", "actor_with_long_id", 0, 0)
+    small = encode_batch(episode(2), "reach", "x", 0, 0)
+    buf = None
+    for msg in (big, small, big):
+        view = typesys.serialize_into(msg, BATCH_T, buf)
+        buf = view.obj
+        assert bytes(view) == typesys.serialize(msg, BATCH_T) and len(view) % 4 == 0
+
+
+def test_decode_is_zero_copy_and_bit_exact(episode) -> None:
+    ts = episode(6, cams=("wrist",))
+    raw = typesys.serialize(encode_batch(ts, "reach", "a", 0, 0), BATCH_T)
+    got = decode_batch(typesys.deserialize(raw, BATCH_T), "reach")
+    frame = got[0].obs["wrist"]
+    assert not frame.flags.writeable and np.shares_memory(frame, np.frombuffer(raw, np.uint8))
+    assert got[0].next_obs["wrist"] is got[1].obs["wrist"]  # a shared frame stays one array
+    for src, dst in zip(ts, got, strict=True):
+        assert np.array_equal(src.obs["wrist"], dst.obs["wrist"]) and np.array_equal(src.action, dst.action)
+        assert np.array_equal(src.next_obs["state"], dst.next_obs["state"]) and src.reward == dst.reward
+
+
+def test_large_batches_lossless_and_ordered(cfg, episode) -> None:
+    """256-transition state batches and 16-transition image batches (1.3 MB each), more than the reader queue
+    holds at once, arrive complete and in order."""
+    state, images = episode(2048), episode(64, cams=("wrist", "front"), hw=128)
+    with make_transport(cfg(node_name="actor")) as a, make_transport(cfg(node_name="learner")) as b:
+        rx = TransitionReceiver(b, queue_batches=4)
+        for actor_id, ts, batch in (("s", state, 256), ("i", images, 16)):
+            tx = TransitionSender(a, actor_id, batch_size=batch, queue_batches=4)
+            wait_until(lambda tx=tx: tx.pub.matched() == 1)
+            got: list = []
+            for t in ts:
+                tx.add_nowait(t)
+                if tx.batch_full:
+                    tx.flush()
+                    got.extend(rx.poll())
+            tx.flush()
+            got += recv_all(rx, len(ts) - len(got))
+            assert len(got) == len(ts) and rx.actors[actor_id].lost == 0
+            assert all(np.array_equal(s.action, d.action) for s, d in zip(ts, got, strict=True))
+            assert all(np.array_equal(s.obs[k], d.obs[k]) for s, d in zip(ts, got, strict=True) for k in s.obs)
