@@ -22,7 +22,7 @@ from robot_rl.types import NpObs, Transition
 @dataclass
 class ResidualConfig:
     base: str = ""  # checkpoint folder of the frozen base policy (e.g. a bc run's checkpoints/final)
-    scale: float = 0.2  # executed = clip(base + scale * residual): how far the head can move the base
+    scale: float = 0.5  # executed = clip(base + scale * residual); 0.2 could not undo a weak base's mistakes
     base_deterministic: bool = True  # the base acts on its mode, so the residual corrects a consistent action
     agent_cameras: bool = True  # false: the agent sees state + base action only; the base still reads cameras
 

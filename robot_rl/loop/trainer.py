@@ -174,8 +174,11 @@ class TrainingRun:
         self.store = None
         if cfg.algo != "dsrl":
             self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
+            # A residual agent may hide cameras its base reads; demos are converted through the base, so they
+            # load what the base env observes.
+            base_cameras = obs_layout(self.eval_env.env)[1] if cfg.algo == "residual" else cameras
             for i in range(len(self.store)):
-                episode = episode_transitions(self.store, i, ["state", *cameras])
+                episode = episode_transitions(self.store, i, ["state", *base_cameras])
                 if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from frozen_base import run_and_check_base_frozen
 from omegaconf import OmegaConf
 
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
@@ -16,9 +16,7 @@ from robot_rl.algos.sac import SACConfig, make_policy
 from robot_rl.checkpoint import save_checkpoint
 from robot_rl.cli import load_config
 from robot_rl.config import TrainConfig
-from robot_rl.loop.actor import Actor
 from robot_rl.loop.bc import BCState
-from robot_rl.loop.trainer import TrainingRun, make_human, make_train_env
 from robot_rl.policies.chunked import ChunkPolicyConfig, make_chunk_policy
 from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
 
@@ -107,23 +105,4 @@ def test_updates_never_touch_the_frozen_base(algo: str, base_ckpt: Path, tmp_pat
         f"algo={algo}", f"{algo}.base={base_ckpt}", f"run_dir={tmp_path}", "loop.learning_starts=8",
         "demos.n_episodes=2", "sac.hidden=[32,32]", "threads=1",
     ])  # fmt: skip
-    run = TrainingRun(cfg)
-    env = make_train_env(cfg, seed=0)
-    actor = Actor(env, copy.deepcopy(run.algo.policy), make_human(cfg, 0), seed=0)
-    bases = [e.base if algo == "residual" else e.policy for e in (env, run.eval_env)]
-    before = {k: v.clone() for k, v in bases[0].state_dict().items()}
-    trained = {id(p) for opt in run.algo.optimizers().values() for g in opt.param_groups for p in g["params"]}
-    for base in bases:
-        assert not trained & {id(p) for p in base.parameters()}
-        assert all(not p.requires_grad for p in base.parameters())
-    head_before = [p.clone() for p in run.algo.policy.head.parameters()]
-    for _ in range(30):
-        run.learner.add(actor.step())
-        run.learner.train_to_rate_limit()
-        actor.load_weights(run.learner.policy_weights(), run.learner.updates)
-    run.bar.close()
-    assert run.learner.updates > 0
-    assert any(not torch.equal(a, b) for a, b in zip(head_before, run.algo.policy.head.parameters(), strict=True))
-    for base in bases:
-        for k, v in base.state_dict().items():
-            assert torch.equal(v, before[k]), k
+    run_and_check_base_frozen(cfg, steps=30)

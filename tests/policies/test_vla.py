@@ -28,14 +28,6 @@ CAMS = ("front", "wrist")
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_policy(n_action_steps: int = 4, seed: int = 0) -> PI0Policy:
     cfg = VLAConfig(cameras=CAMS, state_dim=7, action_dim=4, n_action_steps=n_action_steps, max_text_len=32)
     return PI0Policy.from_config(tiny_pi0_config(chunk_size=8, state_dim=7, action_dim=4), cfg, seed=seed)
