@@ -22,14 +22,14 @@ ROOT = HERE.parent
 BASE = ["algo=bc_diffusion", "demos.n_episodes=20", "demos.expert_noise=0.5", "bc.steps=1500", "bc.eval_every=500"]
 RL = {
     "residual": ["algo=residual", "loop.env_steps=3000", "loop.eval_every=250"],
-    "dsrl": ["algo=dsrl", "loop.env_steps=2500", "loop.eval_every=250"],  # agent steps = chunks of 4 env steps
+    "dsrl": ["algo=dsrl", "loop.env_steps=5000", "loop.eval_every=500"],  # agent steps = chunks of 4 env steps
 }
 
 
 def run(overrides: list[str], run_dir: Path) -> dict:
     if not (run_dir / "summary.json").exists():
         cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"run_dir={run_dir}", "loop.final_eval_episodes=50",
-               "loop.eval_episodes=20", *overrides]  # fmt: skip
+               "loop.eval_episodes=20", "threads=1", *overrides]  # fmt: skip
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return json.loads((run_dir / "summary.json").read_text())
 
