@@ -17,7 +17,7 @@ from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.cli import load_config
-from robot_rl.evaluation import evaluate
+from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.bc import train_bc
 from robot_rl.loop.learner import Learner
@@ -51,7 +51,12 @@ def test_the_base_is_weak_but_not_useless(weak_base: dict) -> None:
 def test_residual_rl_improves_on_the_base(weak_base: dict, tmp_path: Path) -> None:
     cfg = load_config(["algo=residual", f"residual.base={weak_base['checkpoint']}", f"run_dir={tmp_path}",
                        "loop.env_steps=1500", "loop.eval_every=500", "loop.stop_at_success=0.9", *EVAL])  # fmt: skip
-    assert gain(train(cfg), weak_base) >= 0.25
+    summary = train(cfg)
+    assert gain(summary, weak_base) >= 0.25
+    # `robot-rl eval` runs the saved agent inside its adapter (the base reloaded from its own folder).
+    final = json.loads(summary.read_text())
+    res = evaluate_checkpoint(Path(final["checkpoint"]), episodes=10, seed=1_000_000)
+    assert abs(res["success_rate"] - final["evals"][-1]["success_rate"]) <= 0.3
 
 
 class TargetBand(gym.Env):
