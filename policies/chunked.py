@@ -18,7 +18,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from torch import nn
 
 from robot_rl.nets import MLP, ObsEncoder
-from robot_rl.policies.base import Obs
+from robot_rl.policies.base import Obs, start_noise
 from robot_rl.types import Batch
 
 
@@ -226,13 +226,7 @@ class DiffusionPolicy(ChunkPolicy):
         """`noise` (B, horizon, Da) is the DDIM start sample; `deterministic` starts from zeros, the mode-seeking
         choice for evaluation; otherwise a fresh standard normal sample."""
         cond = self.obs_mlp(self.condition(obs))
-        shape = (cond.shape[0], *self.noise_shape)
-        if noise is not None:
-            if noise.shape != shape:
-                raise ValueError(f"noise must have shape {shape}, got {tuple(noise.shape)}")
-            sample = noise.to(cond)
-        else:
-            sample = torch.zeros(shape, device=cond.device) if deterministic else torch.randn(shape, device=cond.device)
+        sample = start_noise((cond.shape[0], *self.noise_shape), noise, deterministic, cond.device, cond.dtype)
         sched = self.sample_scheduler
         for t in sched.timesteps:
             eps = self.unet(sample, t.to(cond.device), cond)

@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PI0Config, PI0ForConditionalGeneration
 
+from robot_rl.policies.base import start_noise
 from robot_rl.policies.vla.preprocess import TOKENIZER_FILE, PromptTokenizer, preprocess_images
 from robot_rl.types import Batch
 
@@ -275,15 +276,7 @@ class PI0Policy(nn.Module):
         """All chunk_size actions (B, chunk_size, action_dim) in [-1, 1]; see predict_action_chunk for noise."""
         inputs = self.prepare_inputs(obs, instruction)
         b = inputs["state"].shape[0]
-        shape = (b, *self.noise_shape)
-        if noise is not None:
-            if tuple(noise.shape) != shape:
-                raise ValueError(f"noise must have shape {shape}, got {tuple(noise.shape)}")
-            x0 = noise.to(self.device, inputs["pixel_values"].dtype)
-        elif deterministic:
-            x0 = torch.zeros(shape, device=self.device)  # the mode-seeking start, as the diffusion policy does
-        else:
-            x0 = torch.randn(shape, device=self.device)
+        x0 = start_noise((b, *self.noise_shape), noise, deterministic, self.device, inputs["pixel_values"].dtype)
         steps = self.cfg.num_inference_steps or None
         with self._low_precision():
             padded = self.model.sample_actions(noise=x0, num_steps=steps, **inputs)
