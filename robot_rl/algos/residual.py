@@ -46,6 +46,7 @@ class ResidualEnv(gym.Wrapper):
         spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (state.shape[0] + da,), np.float32)
         self.observation_space = agent_space(gym.spaces.Dict(spaces), cfg.agent_cameras)
         self.base_action = np.zeros(da, np.float32)
+        self._human_action: np.ndarray | None = None
 
     def _augment(self, obs: NpObs) -> NpObs:
         self.base_action = np.asarray(self.base.select_action(obs, deterministic=self.cfg.base_deterministic))
@@ -61,13 +62,21 @@ class ResidualEnv(gym.Wrapper):
 
     def step(self, residual: np.ndarray):
         action = np.clip(self.base_action + self.cfg.scale * np.asarray(residual), -1.0, 1.0)
+        if self._human_action is not None:
+            action, self._human_action = self._human_action, None
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = {**info, "base_action": self.base_action, "executed_action": action}
         return self._augment(obs), reward, terminated, truncated, info
 
     def agent_action(self, env_action: np.ndarray) -> np.ndarray:
-        """The residual that reproduces an env-space action (a human's) as closely as the scale allows."""
+        """The residual that reproduces an env-space action as closely as the scale allows."""
         return np.clip((np.asarray(env_action) - self.base_action) / self.cfg.scale, -1.0, 1.0).astype(np.float32)
+
+    def take_over(self, env_action: np.ndarray) -> np.ndarray:
+        """A human drives the next step: it executes `env_action` exactly (a takeover is never limited to the
+        base +- scale), and the returned residual, the closest the agent could have done, is what gets stored."""
+        self._human_action = np.clip(np.asarray(env_action, np.float32), -1.0, 1.0)
+        return self.agent_action(env_action)
 
     def convert_episode(self, transitions: Iterable[Transition]) -> Iterator[Transition]:
         """One recorded env-space episode (a demo) in the agent's terms: the base is re-run along it in order,

@@ -92,8 +92,8 @@ class Actor:
         intervened = False
         if self.intervener is not None:
             action, intervened = self.intervener(self.env, action)
-            if intervened and hasattr(self.env, "agent_action"):  # residual: the human's action in agent terms
-                action = self.env.agent_action(action)
+            if intervened and hasattr(self.env, "take_over"):  # residual: executed as is, stored in agent terms
+                action = self.env.take_over(action)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         self._ep_len += 1
         self._ep_interventions += int(intervened)

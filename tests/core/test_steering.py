@@ -55,6 +55,13 @@ def test_residual_maps_human_actions_and_demos_into_residuals() -> None:
     human = np.clip(env.base_action + np.array([0.2, -0.1, 0.05, 0.3]), -1, 1)
     r = env.agent_action(human)
     np.testing.assert_allclose(np.clip(env.base_action + 0.5 * r, -1, 1), human, atol=1e-6)
+    # A takeover beyond the residual's reach still executes exactly what the human commanded.
+    far = np.where(env.base_action > 0, -1.0, 1.0).astype(np.float32)  # >= 1 away from the base: out of reach
+    stored = env.take_over(far)
+    assert not np.allclose(np.clip(env.base_action + 0.5 * stored, -1, 1), far)
+    _, _, _, _, info = env.step(stored)
+    np.testing.assert_array_equal(info["executed_action"], far)
+    assert np.abs(stored).max() <= 1.0
     # A recorded episode: its residuals reproduce the recorded actions where the scale reaches them.
     from robot_rl.sim.experts import ScriptedExpert
     from robot_rl.types import Transition
