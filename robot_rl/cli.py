@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -143,52 +145,21 @@ def cmd_eval(args: list[str]) -> int:
     return 0
 
 
-def cmd_collect(args: list[str]) -> int:
-    from robot_rl.demos.collect import main as collect_main
-
-    return collect_main(args)
-
-
-def cmd_dataset(args: list[str]) -> int:
-    from robot_rl.demos.dataset import main as dataset_main
-
-    return dataset_main(args)
-
-
-def cmd_replay(args: list[str]) -> int:
-    from robot_rl.demos.replay import main as replay_main
-
-    return replay_main(args)
+# Subcommands that are their own module's argparse CLI, imported only when run.
+TOOLS = {
+    "collect": "robot_rl.demos.collect",
+    "dataset": "robot_rl.demos.dataset",
+    "replay": "robot_rl.demos.replay",
+    "plot": "robot_rl.demos.report",
+    "convert": "robot_rl.demos.interop.cli",
+    "deploy": "robot_rl.real.deploy",
+    "sim-robot": "robot_rl.real.sim_robot",
+    "vla-sft": "robot_rl.policies.vla.sft",
+}
 
 
-def cmd_plot(args: list[str]) -> int:
-    from robot_rl.demos.report import main as plot_main
-
-    return plot_main(args)
-
-
-def cmd_convert(args: list[str]) -> int:
-    from robot_rl.demos.interop.cli import main as convert_main
-
-    return convert_main(args)
-
-
-def cmd_deploy(args: list[str]) -> int:
-    from robot_rl.real.deploy import main as deploy_main
-
-    return deploy_main(args)
-
-
-def cmd_sim_robot(args: list[str]) -> int:
-    from robot_rl.real.sim_robot import main as sim_robot_main
-
-    return sim_robot_main(args)
-
-
-def cmd_vla_sft(args: list[str]) -> int:
-    from robot_rl.policies.vla.sft import main as vla_sft_main
-
-    return vla_sft_main(args)
+def _tool(module: str) -> Callable[[list[str]], int]:
+    return lambda args: importlib.import_module(module).main(args)
 
 
 COMMANDS = {
@@ -198,14 +169,7 @@ COMMANDS = {
     "actor": cmd_actor,
     "eval": cmd_eval,
     "report": cmd_report,
-    "collect": cmd_collect,
-    "dataset": cmd_dataset,
-    "replay": cmd_replay,
-    "plot": cmd_plot,
-    "convert": cmd_convert,
-    "deploy": cmd_deploy,
-    "sim-robot": cmd_sim_robot,
-    "vla-sft": cmd_vla_sft,
+    **{name: _tool(module) for name, module in TOOLS.items()},
 }
 
 
