@@ -45,7 +45,7 @@ def main(quick: bool = False, out: Path = HERE / "results" / "steering") -> list
     for (algo, overrides), color in zip(RL.items(), ("tab:blue", "tab:orange"), strict=True):
         for seed in seeds:
             s = run([*overrides, f"{algo}.base={base_ckpt}", f"seed={seed}"], out / f"{algo}_s{seed}")
-            x = [0] + [e.get("sim_steps", e["env_steps"]) for e in s["evals"]]
+            x = [0] + [e["sim_steps"] for e in s["evals"]]
             y = [base["final_success_rate"]] + [e["success_rate"] for e in s["evals"]]
             ax.plot(x, y, color=color, alpha=0.8, label=algo if seed == seeds[0] else None)
             rows.append({"bench": f"{algo} seed {seed}", "success": s["final_success_rate"],

@@ -29,7 +29,6 @@ class EpisodeStats:
     episodes: int = 0
     successes: int = 0
     steps: int = 0
-    sim_steps: int = 0  # env steps executed; more than `steps` when one agent step runs an action chunk (DSRL)
     intervened_steps: int = 0
     recent_success: list[bool] = field(default_factory=list)
     recent_intervention: list[float] = field(default_factory=list)
@@ -99,7 +98,6 @@ class Actor:
         self._ep_interventions += int(intervened)
         self._ep_return += float(reward)
         self.stats.steps += 1
-        self.stats.sim_steps += int(info.get("chunk_length", 1))
         self.stats.intervened_steps += int(intervened)
         t = Transition(
             obs=obs,
@@ -109,6 +107,8 @@ class Actor:
             terminated=bool(terminated),
             truncated=bool(truncated),
             intervened=intervened,
+            # An agent step that ran a whole action chunk (DSRL) says how many env steps it took.
+            extras={"chunk_length": np.float32(info["chunk_length"])} if "chunk_length" in info else {},
         )
         if t.done:
             self.last_episode = EpisodeResult(

@@ -27,7 +27,8 @@ class Learner:
         self.sampler = MixedSampler(demo, online, algo.cfg.batch_size, algo.cfg.demo_ratio)
         self.device = device
         self.learning_starts = learning_starts
-        self.env_steps = 0
+        self.env_steps = 0  # transitions, i.e. agent steps
+        self.sim_steps = 0  # env steps behind them: more than env_steps when an agent step is an action chunk
         self.updates = 0  # SAC.update calls; each holds `utd` critic steps
         self._last_intervened = False
         self._last_stream = ""
@@ -46,6 +47,7 @@ class Learner:
             self.demo.add(t)
         self._last_intervened = t.intervened and not t.done
         self.env_steps += 1
+        self.sim_steps += int(t.extras.get("chunk_length", 1))
 
     @property
     def updates_due(self) -> int:

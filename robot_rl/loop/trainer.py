@@ -68,6 +68,7 @@ class RunState:
     """Counters that survive a resume."""
 
     env_steps: int = 0
+    sim_steps: int = 0
     updates: int = 0
     episodes: int = 0
     wall_clock_s: float = 0.0
@@ -199,6 +200,7 @@ class TrainingRun:
             buffers = {"demo": demo_buf, "online": online_buf}
             self.state = RunState(**load_checkpoint(ckpt, algo, algo.optimizers(), buffers, self.device))
             self.learner.env_steps, self.learner.updates = self.state.env_steps, self.state.updates
+            self.learner.sim_steps = self.state.sim_steps
             online_buf.break_sequence()  # the interrupted episode is not continued
             demo_buf.break_sequence()
             print(f"resumed {self.run_dir} from {ckpt.name}: {self.state.env_steps} env steps, "
@@ -225,18 +227,18 @@ class TrainingRun:
 
     def checkpoint(self, name: str, episodes: int) -> None:
         s = self.state
-        s.env_steps, s.updates, s.episodes = self.learner.env_steps, self.learner.updates, episodes
+        s.env_steps, s.sim_steps, s.updates = self.learner.env_steps, self.learner.sim_steps, self.learner.updates
+        s.episodes = episodes
         s.wall_clock_s = self.wall_clock_s
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
         save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
 
-    def evaluate(self, episodes: int, sim_steps: int | None = None) -> EvalResult:
-        """`sim_steps`: env steps behind the agent's steps, when an agent step is an action chunk."""
+    def evaluate(self, episodes: int) -> EvalResult:
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
-        step = self.learner.env_steps
-        entry = {"env_steps": step, "updates": self.learner.updates, **res.as_dict()}
-        self.eval_log.append(entry if sim_steps is None else {**entry, "sim_steps": sim_steps})
+        step, learner = self.learner.env_steps, self.learner
+        self.eval_log.append({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
+                              **res.as_dict()})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
@@ -255,7 +257,7 @@ class TrainingRun:
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if loop.eval_every and step % loop.eval_every == 0:
-            self.last_eval = self.evaluate(loop.eval_episodes, stats.sim_steps).success_rate
+            self.last_eval = self.evaluate(loop.eval_episodes).success_rate
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
@@ -265,7 +267,7 @@ class TrainingRun:
     def finish(self, stats: EpisodeStats, **extra: object) -> Path:
         """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path."""
         self.bar.close()
-        final = self.evaluate(self.cfg.loop.final_eval_episodes, stats.sim_steps)
+        final = self.evaluate(self.cfg.loop.final_eval_episodes)
         self.checkpoint("final", stats.episodes)
         self.writer.close()
         cfg, learner = self.cfg, self.learner
@@ -278,7 +280,7 @@ class TrainingRun:
             "final_mean_length": final.mean_length,
             "algo": cfg.algo,
             "env_steps": learner.env_steps,
-            "sim_steps": stats.sim_steps,
+            "sim_steps": learner.sim_steps,
             "updates": learner.updates,
             "critic_updates": learner.updates * cfg.sac.utd,
             "wall_clock_s": round(self.state.wall_clock_s, 2),

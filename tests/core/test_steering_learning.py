@@ -94,6 +94,7 @@ def test_dsrl_steers_a_diffusion_policy_to_the_rewarded_mode() -> None:
         opt.step()
     env = NoiseEnv(TargetBand(), base.eval(), DSRLConfig())
     before = evaluate(env, _NoiseOf(base, env), 60).success_rate  # the base's own sampling: random noise
+    evaluated = env.sim_steps
     sac = SAC(SACConfig(hidden=(64, 64), utd=4, demo_ratio=0.0), 3, env.action_space.shape[0])
     learner = Learner(sac, ReplayBuffer(4000, seed=0), ReplayBuffer(4000, seed=1), torch.device("cpu"), 50)
     actor = Actor(env, copy.deepcopy(sac.policy), seed=0)
@@ -101,6 +102,8 @@ def test_dsrl_steers_a_diffusion_policy_to_the_rewarded_mode() -> None:
         learner.add(actor.step())
         learner.train_to_rate_limit()
         actor.load_weights(learner.policy_weights(), learner.updates)
+    # The learner's env-step count is what the env executed for its transitions (more than one per agent step).
+    assert learner.sim_steps == env.sim_steps - evaluated > learner.env_steps
     after = evaluate(env, actor.policy, 60).success_rate
     assert after >= before + 0.3, (before, after)
 
