@@ -1,5 +1,6 @@
-"""Transport (issue #4): the DDS data plane next to a raw loopback TCP socket moving the same bytes, measured in
-one run with the sender, echo and receiver in separate processes as actors and learners are.
+"""Transport (issue #4): the transition data plane (the bulk channel) next to a raw loopback TCP socket moving
+the same bytes, and the DDS control plane (actions, weights), measured in one run with the sender, echo and
+receiver in separate processes as actors and learners are.
 
 Run alone: `.venv/bin/python bench/bench_transport.py [child args]` (children re-enter this file).
 """
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from robot_rl.transport import (
+    TopicQos,
     TransitionReceiver,
     TransitionSender,
     TransportConfig,
@@ -26,16 +28,17 @@ from robot_rl.transport import (
     typesys,
 )
 from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
-from robot_rl.transport.channels import BATCH_T, TRANSITIONS_TOPIC, encode_batch, transition_qos
+from robot_rl.transport.channels import BATCH_T, TRANSITIONS_TOPIC, encode_batch
 from robot_rl.types import Transition
 
 os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
-# (cameras, transitions per message, transitions sent). Both paths use the same batch: TCP sends one
-# `batch x wire bytes` write per DDS message. 16 was the old bench batch; 256 state transitions is one 32 KB
-# message, the size where per-message costs stop dominating.
-CASES = ((0, 16, 20000), (0, 256, 40000), (2, 16, 2000))
-QUICK_CASES = ((0, 16, 2000), (0, 256, 4000), (2, 16, 200))
+# (cameras, transitions per message, transitions sent), sized so each path runs for about a second. Both paths use
+# the same batch: TCP sends one `batch x wire bytes` write per message. 256 state transitions are one 32 KB message.
+CASES = ((0, 16, 1_000_000), (0, 256, 4_000_000), (2, 16, 16_000))
+QUICK_CASES = ((0, 16, 20_000), (0, 256, 80_000), (2, 16, 800))
+EPISODE = 256  # the sender cycles through one episode of this length (a 16k-step image episode would be 3 GB)
 ACTION_T = "std_msgs/msg/Float64MultiArray"
+DDS_TOPIC, DDS_QOS = "transitions_dds", TopicQos(depth=None, max_samples=64)  # the data plane before the bulk channel
 ACK_T = "std_msgs/msg/String"
 
 
@@ -73,22 +76,23 @@ def child(role: str, domain: int, arg: int) -> None:
         if role == "send":
             batch = int(os.environ["BENCH_BATCH"])
             tx = TransitionSender(tr, "bench", batch_size=batch)
-            eps = episode(arg, cams=int(os.environ["BENCH_CAMS"]))
+            eps = episode(EPISODE, cams=int(os.environ["BENCH_CAMS"]))
             wait_until(lambda: tx.pub.matched() >= 1)
-            for t in eps:
-                tx.add(t)
+            for i in range(arg):
+                tx.add(eps[i % EPISODE])
             tx.flush()
-            tx.pub.writer.wait_for_acks(10**10)
+            tx.pub.wait_drained(60)
         elif role == "send_cdr":  # the transport alone: one pre-encoded message, published n / batch times
-            batch = int(os.environ["BENCH_BATCH"])
+            batch, bulk = int(os.environ["BENCH_BATCH"]), os.environ["BENCH_PATH"] == "bulk"
             raw = typesys.serialize(
                 encode_batch(episode(batch, int(os.environ["BENCH_CAMS"])), "bench", "b", 0, 0), BATCH_T
             )
-            pub = tr.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
+            pub = (tr.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, 64) if bulk
+                   else tr.publisher(DDS_TOPIC, BATCH_T, DDS_QOS))  # fmt: skip
             wait_until(lambda: pub.matched() >= 1)
             for _ in range(arg // batch):
                 pub.publish_raw(raw)
-            pub.writer.wait_for_acks(10**10)
+            pub.wait_drained(60) if bulk else pub.writer.wait_for_acks(10**10)
         elif role == "echo":
             sub, pub = tr.subscription("action", ACTION_T), tr.publisher("action_echo", ACTION_T)
             deadline = time.monotonic() + 120
@@ -113,7 +117,7 @@ def spawn(role: str, domain: int, arg: int, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, __file__, role, str(domain), str(arg)], env={**os.environ, **env})
 
 
-def dds_rate(domain: int, n: int, cams: int, batch: int) -> tuple[float, float]:
+def e2e_rate(domain: int, n: int, cams: int, batch: int) -> tuple[float, float]:
     """End to end: Transitions into `TransitionSender` in one process, Transitions out of `TransitionReceiver`."""
     eps = episode(batch, cams)
     wire = len(typesys.serialize(encode_batch(eps, "bench", "b", 0, 0), BATCH_T)) / batch
@@ -129,11 +133,16 @@ def dds_rate(domain: int, n: int, cams: int, batch: int) -> tuple[float, float]:
     return (n - len(first)) / dt, wire
 
 
-def dds_cdr_rate(domain: int, n: int, cams: int, batch: int) -> float:
-    """The DDS path without our encode/decode: pre-encoded CDR in, raw CDR bytes out (what TCP is doing)."""
+def cdr_rate(domain: int, n: int, cams: int, batch: int, path: str) -> float:
+    """The channel without our encode/decode: pre-encoded CDR in, whole raw CDR messages out (what TCP does).
+    path: "bulk" (the data plane) or "dds" (the same messages on a reliable keep-all DDS topic)."""
     with make_transport(cfg("bench_rx", domain)) as tr:
-        sub = tr.subscription(TRANSITIONS_TOPIC, BATCH_T, transition_qos(64))
-        proc = spawn("send_cdr", domain, n, BENCH_CAMS=str(cams), BENCH_BATCH=str(batch))
+        sub = (
+            tr.bulk_subscription(TRANSITIONS_TOPIC, BATCH_T)
+            if path == "bulk"
+            else tr.subscription(DDS_TOPIC, BATCH_T, DDS_QOS)
+        )
+        proc = spawn("send_cdr", domain, n, BENCH_CAMS=str(cams), BENCH_BATCH=str(batch), BENCH_PATH=path)
         sub.wait(60.0)
         first = len(sub.take_raw())
         t0, got = time.perf_counter(), first
@@ -211,15 +220,17 @@ def main(quick: bool = False) -> list[dict]:
     domain = random.randint(100, 200)
     rows = []
     for cams, batch, n in QUICK_CASES if quick else CASES:
-        rate, wire = dds_rate(domain, n, cams, batch)
-        cdr = dds_cdr_rate(domain, n, cams, batch)
+        rate, wire = e2e_rate(domain, n, cams, batch)
+        cdr = cdr_rate(domain, n, cams, batch, "bulk")
+        dds = cdr_rate(domain, n, cams, batch, "dds")
         (t,) = episode(1, cams)
         raw = sum(v.nbytes for v in (*t.obs.values(), *t.next_obs.values(), t.action))
         tcp = tcp_rate(wire, n, batch)
         rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {batch}",
-                     "batch": batch, "dds_per_s": rate, "dds_MB_s": rate * wire / 1e6, "tcp_per_s": tcp,
-                     "tcp_MB_s": tcp * wire / 1e6, "fraction_of_tcp": rate / tcp, "goal": 0.7,
-                     "dds_cdr_only_per_s": cdr, "cdr_only_fraction_of_tcp": cdr / tcp,
+                     "batch": batch, "channel_per_s": cdr, "channel_MB_s": cdr * wire / 1e6, "tcp_per_s": tcp,
+                     "tcp_MB_s": tcp * wire / 1e6, "fraction_of_tcp": cdr / tcp, "goal": 0.7,
+                     "end_to_end_per_s": rate, "end_to_end_fraction_of_tcp": rate / tcp,
+                     "dds_topic_per_s": dds, "dds_topic_fraction_of_tcp": dds / tcp,
                      "wire_bytes": wire, "raw_array_bytes": raw, "wire_over_raw": wire / raw})  # fmt: skip
     p50, p99 = action_rtt(domain, 200 if quick else 2000)
     rows.append({"bench": "action round trip, another process (Float64MultiArray[7])", "p50_ms": p50, "p99_ms": p99})

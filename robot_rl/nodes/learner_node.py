@@ -27,7 +27,7 @@ def run_learner(cfg: TrainConfig) -> Path:
     learner = run.learner
     stats = EpisodeStats(episodes=run.state.episodes)
     with make_transport(node_transport_config(cfg, "learner")) as transport:
-        transitions = TransitionReceiver(transport, cfg.distributed.queue_batches)
+        transitions = TransitionReceiver(transport)
         weights = WeightsPublisher(transport)
         episodes = transport.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
         weights.publish(learner.policy_weights(), learner.updates)

@@ -56,6 +56,8 @@ class TransportConfig:
     distro: which ROS 2 definitions/type hashes to speak ("jazzy" or "humble").
     max_message_bytes: larger incoming messages are dropped before decoding.
     dds_config: cyclonedds XML (or file URL) for this domain; None uses CYCLONEDDS_URI / defaults.
+    bulk_address, bulk_port: where a learner takes transition streams (TCP, see `bulk`). Set the address to
+        the learner's LAN IP when actors run on other machines; port 0 picks a free one (announced over DDS).
     """
 
     backend: str = "auto"
@@ -66,6 +68,8 @@ class TransportConfig:
     task: str = "default"
     max_message_bytes: int = 64 * 2**20
     dds_config: str | None = None
+    bulk_address: str = "127.0.0.1"
+    bulk_port: int = 0
 
     def resolve(self, topic: str) -> str:
         """Relative topic names live under the namespace, like rclpy resolves them in a namespaced node."""
@@ -123,14 +127,29 @@ class Subscription(ABC):
 
 
 class Transport(ABC):
+    """Typed publish/subscribe (backend-specific) plus the bulk channel (one TCP implementation for all)."""
+
     def __init__(self, cfg: TransportConfig) -> None:
         self.cfg = cfg
+        self._bulk: list[Any] = []
 
     @abstractmethod
     def publisher(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Publisher: ...
 
     @abstractmethod
     def subscription(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Subscription: ...
+
+    def bulk_publisher(self, topic: str, ros_type: str, window: int) -> Any:
+        from robot_rl.transport.bulk import BulkPublisher
+
+        self._bulk.append(pub := BulkPublisher(self, self.cfg.resolve(topic), ros_type, window))
+        return pub
+
+    def bulk_subscription(self, topic: str, ros_type: str) -> Any:
+        from robot_rl.transport.bulk import BulkSubscription
+
+        self._bulk.append(sub := BulkSubscription(self, self.cfg.resolve(topic), ros_type))
+        return sub
 
     @abstractmethod
     def close(self) -> None: ...
@@ -139,4 +158,6 @@ class Transport(ABC):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for endpoint in self._bulk:
+            endpoint.close()
         self.close()

@@ -1,10 +1,9 @@
 """The RL data plane on top of any Transport: transitions actor -> learner, weights learner -> actors.
 
-Transitions: `TransitionBatch` on a reliable, keep-all topic with bounded resource limits. A full reader
-queue makes the actor's write block (flow control) instead of dropping, and the whole path stays one DDS
-topic that `ros2 topic echo` can see; a separate TCP channel would need its own discovery, framing and
-backpressure for no gain at our rates (see the benchmark numbers in the transport report). Sequence
-numbers per actor let the learner detect loss anyway.
+Transitions: `TransitionBatch` CDR over the transport's bulk channel (a TCP stream per actor, found through a
+latched DDS announcement, credit flow control: see `bulk`). A learner that stops taking data makes actors
+block instead of dropping, and the credit window bounds policy lag. Sequence numbers per actor let the
+learner detect loss anyway.
 
 Weights: a safetensors blob (no pickle) cut into `WeightsChunk`s on a reliable transient-local topic deep
 enough to hold one whole version (late joiners get it), then a latched `WeightsAnnouncement`. Chunks
@@ -37,11 +36,6 @@ ANNOUNCE_T = "robot_rl_msgs/msg/WeightsAnnouncement"
 EPISODE_T = "robot_rl_msgs/msg/EpisodeSummary"
 
 TERMINATED, TRUNCATED, INTERVENED = 1, 2, 4
-
-
-def transition_qos(queue_batches: int) -> TopicQos:
-    """Keep-all with a bounded queue: the bound is also the most policy lag a fast actor can build up."""
-    return TopicQos(depth=None, max_samples=queue_batches)
 
 
 EPISODE_QOS = TopicQos(depth=100)
@@ -168,8 +162,10 @@ class TransitionSender:
     """Actor side: `add` every `Actor.step()` result; a batch goes out when full or at episode end."""
 
     def __init__(self, transport: Transport, actor_id: str, batch_size: int = 16, queue_batches: int = 64) -> None:
+        """queue_batches: batches the learner has not taken yet before `flush` blocks; also the most policy lag a
+        fast actor can build up."""
         self.transport, self.actor_id, self.batch_size = transport, actor_id, batch_size
-        self.pub = transport.publisher(TRANSITIONS_TOPIC, BATCH_T, transition_qos(queue_batches))
+        self.pub = transport.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, queue_batches)
         self.policy_version = 0
         self._pending: list[Transition] = []
         self._seq = 0
@@ -214,9 +210,9 @@ class ActorState:
 class TransitionReceiver:
     """Learner side: `poll()` and feed each transition to `Learner.add`. Not polling = backpressure."""
 
-    def __init__(self, transport: Transport, queue_batches: int = 64) -> None:
+    def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self.sub = transport.subscription(TRANSITIONS_TOPIC, BATCH_T, transition_qos(queue_batches))
+        self.sub = transport.bulk_subscription(TRANSITIONS_TOPIC, BATCH_T)
         self.actors: dict[str, ActorState] = {}
 
     def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:

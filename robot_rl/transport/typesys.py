@@ -18,10 +18,18 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 # Bump on any change to robot_rl_msgs or to how transitions/weights are packed into them.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _OWN_PACKAGE = "robot_rl_msgs"
-_OWN_TYPES = ("ArrayField", "CameraFrames", "TransitionBatch", "WeightsAnnouncement", "WeightsChunk", "EpisodeSummary")
+_OWN_TYPES = (
+    "ArrayField",
+    "BulkEndpoint",
+    "CameraFrames",
+    "TransitionBatch",
+    "WeightsAnnouncement",
+    "WeightsChunk",
+    "EpisodeSummary",
+)
 
 STORES = {"jazzy": Stores.ROS2_JAZZY, "humble": Stores.ROS2_HUMBLE}
 
