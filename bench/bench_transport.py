@@ -32,10 +32,13 @@ from robot_rl.transport.channels import BATCH_T, TRANSITIONS_TOPIC, encode_batch
 from robot_rl.types import Transition
 
 os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
-# (cameras, transitions per message, transitions sent), sized so each path runs for about a second. Both paths use
-# the same batch: TCP sends one `batch x wire bytes` write per message. 256 state transitions are one 32 KB message.
-CASES = ((0, 16, 1_000_000), (0, 256, 4_000_000), (2, 16, 16_000))
-QUICK_CASES = ((0, 16, 20_000), (0, 256, 80_000), (2, 16, 800))
+# (cameras, transitions per message, transitions through the channel and TCP, transitions end to end), sized so
+# each path runs for about a second. Both paths use the same batch: TCP sends one `batch x wire bytes` write per
+# message. 256 state transitions are one 32 KB message. The channel and TCP run REPS times, interleaved, and
+# each keeps its best run (the shared 2-core box swings single runs by 2x).
+CASES = ((0, 16, 4_000_000, 400_000), (0, 256, 16_000_000, 1_000_000), (2, 16, 32_000, 16_000))
+QUICK_CASES = ((0, 16, 40_000, 20_000), (0, 256, 160_000, 80_000), (2, 16, 800, 800))
+REPS = 3
 EPISODE = 256  # the sender cycles through one episode of this length (a 16k-step image episode would be 3 GB)
 ACTION_T = "std_msgs/msg/Float64MultiArray"
 DDS_TOPIC, DDS_QOS = "transitions_dds", TopicQos(depth=None, max_samples=64)  # the data plane before the bulk channel
@@ -219,13 +222,15 @@ def weights_time(domain: int, n_params: int) -> float:
 def main(quick: bool = False) -> list[dict]:
     domain = random.randint(100, 200)
     rows = []
-    for cams, batch, n in QUICK_CASES if quick else CASES:
-        rate, wire = e2e_rate(domain, n, cams, batch)
-        cdr = cdr_rate(domain, n, cams, batch, "bulk")
-        dds = cdr_rate(domain, n, cams, batch, "dds")
+    for cams, batch, n, n_e2e in QUICK_CASES if quick else CASES:
+        rate, wire = e2e_rate(domain, n_e2e, cams, batch)
+        dds = cdr_rate(domain, n // 4, cams, batch, "dds")
+        runs = [
+            (cdr_rate(domain, n, cams, batch, "bulk"), tcp_rate(wire, n, batch)) for _ in range(1 if quick else REPS)
+        ]
+        cdr, tcp = max(c for c, _ in runs), max(t for _, t in runs)
         (t,) = episode(1, cams)
         raw = sum(v.nbytes for v in (*t.obs.values(), *t.next_obs.values(), t.action))
-        tcp = tcp_rate(wire, n, batch)
         rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {batch}",
                      "batch": batch, "channel_per_s": cdr, "channel_MB_s": cdr * wire / 1e6, "tcp_per_s": tcp,
                      "tcp_MB_s": tcp * wire / 1e6, "fraction_of_tcp": cdr / tcp, "goal": 0.7,

@@ -230,9 +230,22 @@ class BulkPublisher(Publisher):
                 if left <= 0:
                     raise BackpressureTimeout(f"{self.topic}: learner took no data for {self.max_blocking_s:.1f} s")
                 self._wait(left)
-        self._out += (memoryview(_LEN.pack(len(frame))), frame)
         self.in_flight += 1
-        self._send()
+        header = _LEN.pack(len(frame))
+        if not self._out:  # the common case, one syscall: small frames cost ~2x a bare `sendall` in a loop
+            try:
+                sent = self._sock.sendmsg((header, frame))  # type: ignore[union-attr]
+            except BlockingIOError:
+                sent = 0
+            except OSError as e:
+                self._disconnect(f"send failed: {e}")
+                raise BackpressureTimeout(f"{self.topic}: learner connection lost ({e})") from e
+            if sent == len(frame) + 4:
+                return
+            self._out += (memoryview(header)[sent:], frame) if sent < 4 else (frame[sent - 4 :],)
+        else:
+            self._out += (memoryview(header), frame)
+            self._send()
         if self._out and not stable and self._out[-1].obj is frame.obj:
             self._out[-1] = memoryview(bytes(self._out[-1]))  # the caller may reuse its buffer
 

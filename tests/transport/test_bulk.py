@@ -1,0 +1,97 @@
+"""The bulk channel's own guarantees over real sockets (endpoint announcements in-process): credit flow control,
+truncated frames, learner restarts, foreign endpoints."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+
+import pytest
+from transport_util import wait_until
+
+from robot_rl.transport import BackpressureTimeout, make_transport, typesys
+
+TOPIC, TYPE = "frames", "std_msgs/msg/String"
+
+
+def frame(text: str) -> bytes:
+    return typesys.serialize(typesys.msg_class(TYPE)(data=text), TYPE)
+
+
+def texts(sub, n: int) -> list[str]:
+    got: list[str] = []
+    wait_until(lambda: got.extend(m.data for m in sub.take()) or len(got) >= n)
+    return got
+
+
+def test_credit_window_blocks_the_actor_until_the_learner_takes(cfg) -> None:
+    with (
+        make_transport(cfg(backend="inproc", domain_id=901)) as learner,
+        make_transport(cfg(backend="inproc", domain_id=901)) as actor,
+    ):
+        sub = learner.bulk_subscription(TOPIC, TYPE)
+        pub = actor.bulk_publisher(TOPIC, TYPE, window=2)
+        pub.max_blocking_s = 0.3
+        wait_until(lambda: pub.matched() == 1)
+        pub.publish_raw(frame("a"))
+        pub.publish_raw(frame("b"))
+        t0 = time.monotonic()
+        with pytest.raises(BackpressureTimeout, match="took no data"):
+            pub.publish_raw(frame("c"))  # the learner has not taken a or b yet
+        assert time.monotonic() - t0 >= 0.3 and pub.in_flight == 2
+        assert texts(sub, 2) == ["a", "b"]  # taking them pays the credits back
+        pub.publish_raw(frame("c"))
+        assert texts(sub, 1) == ["c"] and pub.wait_drained(5.0)
+
+
+def test_partial_frame_from_a_dying_actor_is_dropped_others_survive(cfg, caplog) -> None:
+    with (
+        make_transport(cfg(backend="inproc", domain_id=902)) as learner,
+        make_transport(cfg(backend="inproc", domain_id=902)) as actor,
+    ):
+        sub = learner.bulk_subscription(TOPIC, TYPE)
+        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        wait_until(lambda: pub.matched() == 1)
+        host, port = sub.uri.removeprefix("tcp://").rsplit(":", 1)
+        with caplog.at_level(logging.WARNING, logger="robot_rl.transport"):
+            with socket.create_connection((host, int(port))) as dying:
+                whole = frame("whole")
+                dying.sendall(struct.pack("<I", len(whole)) + whole + struct.pack("<I", 1000) + b"x" * 10)
+            pub.publish_raw(frame("other actor"))
+            assert sorted(texts(sub, 2)) == ["other actor", "whole"]
+            wait_until(lambda: sub.take() == [] and sub.dropped["truncated"] == 1)
+        assert "middle of a frame" in caplog.text
+
+
+def test_actor_follows_a_restarted_learner_to_its_new_endpoint(cfg) -> None:
+    with make_transport(cfg(backend="inproc", domain_id=903)) as actor:
+        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        with make_transport(cfg(backend="inproc", domain_id=903)) as first:
+            sub = first.bulk_subscription(TOPIC, TYPE)
+            wait_until(lambda: pub.matched() == 1)
+            pub.publish_raw(frame("to the first"))
+            assert texts(sub, 1) == ["to the first"]
+        with pytest.raises(BackpressureTimeout, match="connection lost"):
+            for _ in range(100):  # the first write after the peer closed may still be accepted locally
+                pub.publish_raw(frame("lost"))
+                time.sleep(0.01)
+        assert pub.matched() == 0
+        with make_transport(cfg(backend="inproc", domain_id=903)) as second:
+            sub = second.bulk_subscription(TOPIC, TYPE)
+            wait_until(lambda: pub.matched() == 1)
+            pub.publish_raw(frame("to the second"))
+            assert texts(sub, 1) == ["to the second"]
+
+
+def test_endpoint_of_another_task_is_refused(cfg) -> None:
+    with (
+        make_transport(cfg(backend="inproc", domain_id=904, task="other")) as learner,
+        make_transport(cfg(backend="inproc", domain_id=904)) as actor,
+    ):
+        learner.bulk_subscription(TOPIC, TYPE)
+        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        wait_until(lambda: pub.matched() == 0 and pub._endpoints.dropped["refused"] == 1)
+        with pytest.raises(BackpressureTimeout, match="no learner"):
+            pub.publish_raw(frame("x"))
