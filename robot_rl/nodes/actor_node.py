@@ -39,10 +39,10 @@ def load_classifier(cfg: TrainConfig, env) -> RewardClassifier | None:
 def flush(sender: TransitionSender, actor_id: str) -> None:
     try:
         sender.flush()
-    except BackpressureTimeout:
-        # Only a dead (not yet timed-out) or stuck learner stops draining a reliable topic; its replacement
-        # resumes from a checkpoint, so these uncommitted transitions are not needed.
-        log.warning("%s: learner not draining; dropped %d transitions", actor_id, sender.discard_pending())
+    except BackpressureTimeout as e:
+        # Only a dead or stuck learner stops taking transitions; its replacement resumes from a checkpoint, so
+        # these uncommitted ones are not needed.
+        log.warning("%s: %s; dropped %d transitions", actor_id, e, sender.discard_pending())
 
 
 def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
@@ -63,7 +63,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
         episodes = transport.publisher(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
         store = typesys.typestore(transport.cfg.distro)
         fresh = None
-        # Acting on random weights, or before the learner's reader matched us, would be thrown away.
+        # Acting on random weights, or before the learner's bulk endpoint took our connection, would be thrown away.
         while fresh is None or sender.pub.matched() == 0:
             fresh = weights.poll(timeout_s=dist.learner_timeout_s) or fresh
             if fresh is None or sender.pub.matched() == 0:
