@@ -44,6 +44,11 @@ class BulkSubscription(Subscription):
     def __init__(self, transport: Transport, topic: str, ros_type: str) -> None:
         cfg = transport.cfg
         super().__init__(topic, ros_type, cfg.distro, cfg.max_message_bytes)
+        if cfg.bulk_address in ("", "0.0.0.0", "::"):
+            raise ValueError(
+                f"bulk_address={cfg.bulk_address!r} is announced to actors as is: give an address they can reach"
+                " (the learner's IP on the robot network, or 127.0.0.1 when everything runs on this machine)"
+            )
         self._server = socket.create_server((cfg.bulk_address, cfg.bulk_port))
         self._server.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -55,9 +60,6 @@ class BulkSubscription(Subscription):
         self._announce.publish(typesys.msg_class(ENDPOINT_T, cfg.distro)(
             header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=self.uri
         ))  # fmt: skip
-
-    def connected(self) -> int:
-        return len(self._selector.get_map()) - 1
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -172,13 +174,16 @@ class _Stream:
             self.start, self.end = 0, rest
 
     def credit(self, n: int) -> None:
-        """Actors read credits on every publish, so 4 bytes practically always fit; if not, they wait for the next."""
+        """Unread credits never exceed the actor's window x 4 bytes, so they fit the socket buffer; `owed` only
+        covers a send the kernel cut short."""
+        if self.sock.fileno() < 0:
+            return  # the actor is gone; its frames taken after that need no credit
         self.owed += _LEN.pack(n)
         try:
             self.owed = self.owed[self.sock.send(self.owed) :]
         except BlockingIOError:
             pass
-        except OSError as e:  # the actor is gone; its stream is closed on the next read
+        except OSError as e:  # the actor just went; its stream is closed on the next read
             log.warning("bulk %s: could not return credits: %s", self.sub.topic, e)
 
     def close(self) -> None:

@@ -95,3 +95,9 @@ def test_endpoint_of_another_task_is_refused(cfg) -> None:
         wait_until(lambda: pub.matched() == 0 and pub._endpoints.dropped["refused"] == 1)
         with pytest.raises(BackpressureTimeout, match="no learner"):
             pub.publish_raw(frame("x"))
+
+
+def test_unannounceable_bulk_address_is_a_clear_error(cfg) -> None:
+    with make_transport(cfg(backend="inproc", domain_id=905, bulk_address="0.0.0.0")) as learner:
+        with pytest.raises(ValueError, match="address they can reach"):
+            learner.bulk_subscription(TOPIC, TYPE)
