@@ -24,7 +24,14 @@ from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpo
 from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.evaluation import evaluate
-from robot_rl.loop.trainer import default_run_dir, prepare_demos, print_eval_table, resolve_device, seed_everything
+from robot_rl.loop.trainer import (
+    EvalLog,
+    default_run_dir,
+    prepare_demos,
+    print_eval_table,
+    resolve_device,
+    seed_everything,
+)
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.types import Batch
@@ -93,7 +100,7 @@ def train_bc(cfg: TrainConfig) -> Path:
 
     writer = SummaryWriter(str(run_dir / "tb"))
     rng = np.random.default_rng(cfg.seed + step)
-    eval_log: list[dict] = []
+    eval_log = EvalLog(run_dir, step if ckpt is not None else None)
     start = time.perf_counter()
 
     def wall() -> float:
@@ -110,7 +117,7 @@ def train_bc(cfg: TrainConfig) -> Path:
             entry["val_loss"] = validation_loss(state.policy, val_set, device)
             writer.add_scalar("eval/val_loss", entry["val_loss"], step)
         writer.add_scalar("eval/success_rate", res.success_rate, step)
-        eval_log.append(entry)
+        eval_log.add(entry)
         return entry
 
     bar = tqdm(total=bc.steps, initial=step, desc="bc", unit="step", mininterval=2.0)
@@ -152,9 +159,9 @@ def train_bc(cfg: TrainConfig) -> Path:
         "device": str(device),
         "run_dir": str(run_dir),
         "checkpoint": str(ckpt_root / "final"),
-        "evals": eval_log,
+        "evals": eval_log.entries,
     }
     path = run_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=1))
-    print_eval_table(eval_log)
+    print_eval_table(eval_log.entries)
     return path

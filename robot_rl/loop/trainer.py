@@ -207,7 +207,7 @@ class TrainingRun:
                   f"{self.state.updates} updates")  # fmt: skip
 
         self.writer = SummaryWriter(str(self.run_dir / "tb"))
-        self.eval_log: list[dict] = []
+        self.eval_log = EvalLog(self.run_dir, self.state.updates if ckpt is not None else None)
         self.last_eval = float("nan")
         self.done = False
         self._session_start = time.perf_counter()
@@ -237,8 +237,8 @@ class TrainingRun:
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
-        self.eval_log.append({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
-                              **res.as_dict()})  # fmt: skip
+        self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
+                           **res.as_dict()})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
@@ -289,12 +289,12 @@ class TrainingRun:
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / "final"),
-            "evals": self.eval_log,
+            "evals": self.eval_log.entries,
             **extra,
         }
         path = self.run_dir / "summary.json"
         path.write_text(json.dumps(summary, indent=1))
-        print_eval_table(self.eval_log)
+        print_eval_table(self.eval_log.entries)
         return path
 
 
@@ -315,6 +315,22 @@ def train(cfg: TrainConfig) -> Path:
             actor.load_weights(learner.policy_weights(), learner.updates)
         run.after_step(actor.stats)
     return run.finish(actor.stats)
+
+
+class EvalLog:
+    """Evaluation entries, also appended to `run_dir/evals.jsonl` as they happen, so a resumed run's summary
+    has the whole curve. Entries past the checkpoint a run resumes from are dropped: that stretch is redone."""
+
+    def __init__(self, run_dir: Path, resumed_updates: int | None) -> None:
+        self.path = run_dir / "evals.jsonl"
+        lines = self.path.read_text().splitlines() if resumed_updates is not None and self.path.exists() else []
+        self.entries = [e for e in map(json.loads, filter(None, lines)) if e["updates"] <= resumed_updates]
+        self.path.write_text("".join(json.dumps(e) + "\n" for e in self.entries))
+
+    def add(self, entry: dict) -> None:
+        self.entries.append(entry)
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 def print_eval_table(evals: list[dict]) -> None:

@@ -48,7 +48,8 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
         f"run_dir={run}",
         "loop.env_steps=900",
         "loop.checkpoint_every=300",
-        "loop.eval_every=0",
+        "loop.eval_every=300",
+        "loop.eval_episodes=2",
         "loop.stop_at_success=2",
         "loop.final_eval_episodes=3",
         "demos.n_episodes=5",
@@ -56,15 +57,17 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     ]
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    latest = run / "checkpoints" / "latest"
+    latest, evals = run / "checkpoints" / "latest", run / "evals.jsonl"
     deadline = time.time() + 240
-    while not latest.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert latest.exists(), "no checkpoint before the kill"
+    while not (evals.exists() and evals.read_text()) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)  # the first eval comes right after the first checkpoint
+    assert latest.exists() and evals.read_text(), "no checkpoint and eval before the kill"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = json.loads((run / "checkpoints" / latest.read_text() / "counters.json").read_text())
     assert killed_at["env_steps"] < 900 and not (run / "summary.json").exists()
+    before_kill = [json.loads(line) for line in evals.read_text().splitlines()]
+    committed = [e for e in before_kill if e["updates"] <= killed_at["updates"]]
 
     out = subprocess.run(
         [sys.executable, "-m", "robot_rl.cli", "train", f"resume={run}"],
@@ -78,6 +81,10 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 900 and summary["updates"] == 900
     assert summary["demo_episodes"] == 5  # the demo store was reused, not re-collected
+    # The curve survives the kill: evals up to the checkpoint are kept, the redone stretch is not doubled.
+    steps = [e["env_steps"] for e in summary["evals"]]
+    assert committed and summary["evals"][: len(committed)] == committed
+    assert steps[:-1] == sorted(set(steps[:-1])) and steps[-2:] == [900, 900]  # ... 900, then the final eval
     final = json.loads((run / "checkpoints" / "final" / "counters.json").read_text())
     assert final["wall_clock_s"] >= killed_at["wall_clock_s"]
 
