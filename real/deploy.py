@@ -65,13 +65,12 @@ def deploy(
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
+    from robot_rl.algos.adapters import env_policy
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim.envs import make_env
 
-    policy, cfg = load_policy(checkpoint)
-    if cfg.algo in ("residual", "dsrl"):
-        raise ValueError(f"deploying an algo={cfg.algo} agent is not supported yet (its frozen base runs inside a "
-                         f"sim-side adapter); deploy its base ({cfg.algo}.base) or a sac / bc checkpoint")  # fmt: skip
+    agent, cfg = load_policy(checkpoint)
+    policy = env_policy(cfg, agent)  # a residual agent runs with its frozen base
     if cfg.env.yaw:
         raise ValueError("deployment supports position-only policies (env.yaw=false)")
     sim = make_env(cfg.env).unwrapped  # only to read the task's layout and length, never stepped

@@ -1,6 +1,7 @@
 """Which env an algorithm's agent acts in: the task env itself, or a residual / noise-space adapter around it.
 
-One function for the trainer, the actor nodes, evaluation and replay, so all of them see the same agent.
+One function for the trainer, the actor nodes, evaluation and replay, so all of them see the same agent; and
+one (`env_policy`) for the deployment node, which steps a robot in the task's own terms.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import gymnasium as gym
 import torch
 
 from robot_rl.algos.dsrl import NoiseEnv
-from robot_rl.algos.residual import ResidualEnv
+from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
 
 if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
@@ -52,3 +53,16 @@ def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
     if cfg.algo == "residual":
         return ResidualEnv(env, base, cfg.residual)
     return NoiseEnv(env, base, cfg.dsrl)
+
+
+def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | ResidualPolicy:
+    """The policy that acts in the task's own action space: the agent itself, or a residual agent composed with
+    its frozen base. A DSRL agent's step is a whole chunk of env steps, so it has no per-step equivalent."""
+    if cfg.algo == "dsrl":
+        raise ValueError(
+            "an algo=dsrl agent picks the noise of a whole action chunk and cannot run step by step on a robot; "
+            "deploy its base (dsrl.base) or a sac / bc / residual checkpoint"
+        )
+    if cfg.algo != "residual":
+        return agent
+    return ResidualPolicy(load_base(cfg.residual.base), agent, cfg.residual)

@@ -33,6 +33,18 @@ def agent_space(space: gym.spaces.Dict, cameras: bool) -> gym.spaces.Dict:
     return space if cameras else gym.spaces.Dict({k: s for k, s in space.spaces.items() if len(s.shape) != 3})
 
 
+def agent_obs(obs: NpObs, base_action: np.ndarray, cameras: bool) -> NpObs:
+    """What the residual agent sees: the observation with the base action appended to `state`."""
+    state = np.concatenate([obs["state"], base_action]).astype(np.float32)
+    if cameras:
+        return {**obs, "state": state}
+    return {**{k: v for k, v in obs.items() if np.ndim(v) != 3}, "state": state}
+
+
+def combine(base_action: np.ndarray, residual: np.ndarray, scale: float) -> np.ndarray:
+    return np.clip(base_action + scale * np.asarray(residual), -1.0, 1.0)
+
+
 class ResidualEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, base: torch.nn.Module, cfg: ResidualConfig) -> None:
         super().__init__(env)
@@ -50,10 +62,7 @@ class ResidualEnv(gym.Wrapper):
 
     def _augment(self, obs: NpObs) -> NpObs:
         self.base_action = np.asarray(self.base.select_action(obs, deterministic=self.cfg.base_deterministic))
-        state = np.concatenate([obs["state"], self.base_action]).astype(np.float32)
-        if self.cfg.agent_cameras:
-            return {**obs, "state": state}
-        return {**{k: v for k, v in obs.items() if k in self.observation_space.spaces}, "state": state}
+        return agent_obs(obs, self.base_action, self.cfg.agent_cameras)
 
     def reset(self, **kwargs) -> tuple[NpObs, dict]:
         obs, info = self.env.reset(**kwargs)
@@ -61,7 +70,7 @@ class ResidualEnv(gym.Wrapper):
         return self._augment(obs), info
 
     def step(self, residual: np.ndarray):
-        action = np.clip(self.base_action + self.cfg.scale * np.asarray(residual), -1.0, 1.0)
+        action = combine(self.base_action, residual, self.cfg.scale)
         if self._human_action is not None:
             action, self._human_action = self._human_action, None
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -98,3 +107,20 @@ class ResidualEnv(gym.Wrapper):
             if t.done:
                 yield replace(prev, next_obs=self._augment(t.next_obs))
                 prev = None
+
+
+class ResidualPolicy:
+    """A trained residual agent and its frozen base as one env-space policy: what `robot-rl deploy` runs on a
+    robot, acting exactly as the agent acted inside `ResidualEnv` during training and evaluation."""
+
+    def __init__(self, base: torch.nn.Module, agent: torch.nn.Module, cfg: ResidualConfig) -> None:
+        self.base, self.agent, self.cfg = base.eval().requires_grad_(False), agent, cfg
+
+    def reset(self) -> None:
+        self.base.reset()
+        self.agent.reset()
+
+    def select_action(self, obs: NpObs, deterministic: bool = True) -> np.ndarray:
+        base_action = np.asarray(self.base.select_action(obs, deterministic=self.cfg.base_deterministic))
+        residual = self.agent.select_action(agent_obs(obs, base_action, self.cfg.agent_cameras), deterministic)
+        return combine(base_action, residual, self.cfg.scale)

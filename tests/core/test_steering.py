@@ -10,8 +10,9 @@ import torch
 from frozen_base import run_and_check_base_frozen
 from omegaconf import OmegaConf
 
+from robot_rl.algos.adapters import env_policy
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
-from robot_rl.algos.residual import ResidualConfig, ResidualEnv
+from robot_rl.algos.residual import ResidualConfig, ResidualEnv, ResidualPolicy
 from robot_rl.algos.sac import SACConfig, make_policy
 from robot_rl.checkpoint import save_checkpoint
 from robot_rl.cli import load_config
@@ -47,6 +48,32 @@ def test_residual_step_zero_executes_exactly_the_base_action() -> None:
         base = env.base_action.copy()
         obs, _, _, _, info = env.step(agent.select_action(obs, deterministic=True))
         np.testing.assert_array_equal(info["executed_action"], np.clip(base, -1, 1))
+
+
+def test_deployed_residual_policy_acts_as_the_agent_did_inside_its_env() -> None:
+    cfg = ResidualConfig(scale=0.5)
+    env = ResidualEnv(make_env(EnvConfig(), seed=0), chunk_base(seed=1), cfg)
+    state_dim, _, _ = obs_layout(env)
+    torch.manual_seed(0)
+    agent = make_policy(SACConfig(), state_dim, env.action_space.shape[0])  # random init: residuals are not 0
+    deployed = ResidualPolicy(chunk_base(seed=1), agent, cfg)  # its own copy of the same base, as deploy loads it
+    robot = make_env(EnvConfig(), seed=0)
+    obs, _ = env.reset(seed=5)
+    robot_obs, _ = robot.reset(seed=5)
+    deployed.reset()
+    corrected = 0
+    for _ in range(12):
+        action = deployed.select_action(robot_obs)
+        obs, _, _, _, info = env.step(agent.select_action(obs, deterministic=True))
+        np.testing.assert_allclose(action, info["executed_action"], atol=1e-6)
+        corrected += bool(np.abs(action - np.clip(info["base_action"], -1, 1)).max() > 1e-3)
+        robot_obs, *_ = robot.step(action)
+    assert corrected > 0
+
+
+def test_dsrl_agents_are_refused_for_step_by_step_deployment() -> None:
+    with pytest.raises(ValueError, match="whole action chunk"):
+        env_policy(TrainConfig(algo="dsrl"), chunk_base())
 
 
 def test_residual_maps_human_actions_and_demos_into_residuals() -> None:

@@ -10,14 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from real_util import spawn, stop, wait_until
 
+from robot_rl.algos.residual import ResidualConfig
+from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.checkpoint import save_checkpoint
+from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.evaluation import evaluate_checkpoint
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import SENSOR_QOS, RobotEnv, SafetyStop, StaleDataError
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
 from robot_rl.transport import TransportConfig, make_transport
 
 pytestmark = pytest.mark.slow
@@ -50,6 +55,34 @@ def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: 
         assert [store.meta(i)["success"] for i in range(EPISODES)] == [r["success"] for r in summary["per_episode"]]
         ep = store.episode(0)
         assert ep["state"].shape[1:] == (13,) and ep["action"].shape[1:] == (4,) and not ep["intervened"].any()
+
+
+def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int, tmp_path: Path) -> None:
+    """A zero-initialised residual on the trained policy acts as that policy: deployed over DDS it must do what
+    the same residual checkpoint does inside `ResidualEnv` in-process, and the robot sees task-space actions."""
+    cfg = TrainConfig(
+        algo="residual", residual=ResidualConfig(base=str(checkpoint)), sac=SACConfig(zero_init_actor=True)
+    )
+    state_dim, _, _ = obs_layout(make_env(cfg.env))
+    agent = SAC(cfg.sac, state_dim + 4, 4)
+    counters = {"env_steps": 0, "updates": 0, "episodes": 0, "wall_clock_s": 0.0}
+    yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    residual = save_checkpoint(tmp_path / "residual", "final", agent, agent.optimizers(), counters, yaml)
+    sim = spawn("sim-robot", "--domain", str(domain))
+    try:
+        dep = spawn("deploy", str(residual), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
+                    "--record", str(tmp_path / "store"), "--quiet", "reset_timeout_s=60")  # fmt: skip
+        out, err = dep.communicate(timeout=240)
+        assert dep.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads(out)
+    direct = evaluate_checkpoint(residual, EPISODES)
+    assert summary["episodes"] == EPISODES and summary["aborted_episodes"] == 0
+    assert abs(summary["success_rate"] - direct["success_rate"]) <= 0.25 and direct["success_rate"] >= 0.5
+    with EpisodeStore(tmp_path / "store") as store:
+        ep = store.episode(0)  # the robot's own observation and the executed action, not the agent's view
+        assert ep["state"].shape[1:] == (13,) and ep["action"].shape[1:] == (4,)
 
 
 def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(checkpoint: Path, domain: int) -> None:
