@@ -26,7 +26,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig
+from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -392,6 +392,11 @@ def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
         raise ValueError(f"task {cfg.task!r} is a ManiSkill task: add sim=maniskill (sim=mujoco runs {TASKS})")
     if sim == "maniskill" and not is_maniskill_task(cfg.task):
         raise ValueError(f"sim=maniskill runs ManiSkill tasks (task=PickCube-v1, ...), not {cfg.task!r}")
+    if sim == "maniskill" and not is_default(cfg.randomization):
+        raise ValueError(
+            "env.randomization applies to the MuJoCo tasks; ManiSkill tasks randomise their own scenes, so leave it "
+            "at its default (randomization=none)"
+        )
     env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg)
     if seed is not None:
         env.reset(seed=seed)

@@ -45,6 +45,12 @@ class RandomizationConfig:
     observe_last_action: bool = False
 
 
+def is_default(cfg: RandomizationConfig) -> bool:
+    """Whether `cfg` asks for nothing beyond the task's own randomness (lists and tuples compare alike)."""
+    norm = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(cfg).items()}
+    return norm == vars(RandomizationConfig())
+
+
 def _active(scale_range: tuple[float, float]) -> bool:
     # Compare by value: OmegaConf hands tuples back as lists.
     return scale_range[0] != 1.0 or scale_range[1] != 1.0

@@ -167,3 +167,12 @@ def test_config_groups() -> None:
     assert (cfg.env.sim, cfg.env.task) == ("maniskill", "PickCube-v1")
     assert load_config(["profile=cpu"]).env.sim == "mujoco"
     assert load_config(["sim=maniskill", "task=PegInsertionSide-v1", "profile=cpu"]).env.yaw
+
+
+def test_domain_randomization_is_refused_for_maniskill_tasks() -> None:
+    from robot_rl.cli import load_config
+    from robot_rl.sim.envs import make_env
+
+    cfg = load_config(["sim=maniskill", "task=PickCube-v1", "randomization=robust"])
+    with pytest.raises(ValueError, match="ManiSkill tasks randomise their own scenes"):
+        make_env(cfg.env)
