@@ -65,15 +65,17 @@ def deploy(
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
-    from robot_rl.algos.adapters import env_policy
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.algos.adapters import agent_env, env_policy
+    from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.sim.envs import make_env
 
-    agent, cfg = load_policy(checkpoint)
-    policy = env_policy(cfg, agent)  # a residual agent runs with its frozen base
+    cfg = checkpoint_config(checkpoint)
     if cfg.env.yaw:
         raise ValueError("deployment supports position-only policies (env.yaw=false)")
-    sim = make_env(cfg.env).unwrapped  # only to read the task's layout and length, never stepped
+    task_env = agent_env(cfg, make_env(cfg.env))  # only for layouts (and a residual's base), never stepped
+    agent, _ = load_policy(checkpoint, task_env)
+    policy = env_policy(cfg, agent, task_env)  # a residual agent runs with its frozen base
+    sim = task_env.unwrapped
     cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
     robot = dataclasses.replace(robot, max_step=cfg.env.max_step, image_size=cfg.env.image_size)
     if hz is not None and hz != cfg.env.control_hz:

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+import gymnasium as gym
 import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
@@ -125,26 +126,31 @@ def load_checkpoint(
     return json.loads((path / "counters.json").read_text())
 
 
-def load_policy(path: Path | str) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
-    """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
-    deployment node and the robot load. Only local paths: nothing is downloaded. Residual and DSRL agents act
-    in `agent_env(cfg, env)`, which loads their frozen base the same way."""
+def checkpoint_config(path: Path | str) -> TrainConfig:
+    """The resolved config a checkpoint folder was trained with."""
     path = Path(path)
     if not (path / "config.yaml").exists():
         raise FileNotFoundError(
             f"{path} is not a checkpoint folder (no config.yaml); pass e.g. <run>/checkpoints/final"
         )
-    cfg: TrainConfig = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml"))
-    )
-    env = agent_env(cfg, make_env(cfg.env))
-    state_dim, cameras, image_size = obs_layout(env)
-    act_dim = env.action_space.shape[0]
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml")))
+
+
+def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
+    """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
+    deployment node and the robot load. Only local paths: nothing is downloaded. `env` is the env the agent acts
+    in (`agent_env(cfg, ...)`, which loads a residual / DSRL agent's frozen base) when the caller already has
+    one; without it one is built just to read the observation layout."""
+    cfg = checkpoint_config(path)
+    agent_env_ = env if env is not None else agent_env(cfg, make_env(cfg.env))
+    state_dim, cameras, image_size = obs_layout(agent_env_)
+    act_dim = agent_env_.action_space.shape[0]
+    if env is None:
+        agent_env_.close()
     if cfg.algo == "bc":
         policy = make_chunk_policy(cfg.bc.policy, state_dim, act_dim, cameras, image_size or 64)
     else:
         policy = make_policy(cfg.sac, state_dim, act_dim, cameras, image_size or 64)
-    weights = load_file(str(path / "model.safetensors"))
+    weights = load_file(str(Path(path) / "model.safetensors"))
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
-    env.close()
     return policy.eval(), cfg

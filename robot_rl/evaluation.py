@@ -115,15 +115,16 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     """Runs a checkpoint's policy in its task and, with `video_dir`, writes one mp4 per episode (cameras side by
     side with the step/action/reward overlay of `robot-rl replay`)."""
     from robot_rl.algos.adapters import agent_env
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
     from robot_rl.sim.envs import make_env
 
-    policy, cfg = load_policy(ckpt)
+    cfg = checkpoint_config(ckpt)
     env_cfg = cfg.env
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
     env = agent_env(cfg, make_env(env_cfg))
+    policy, _ = load_policy(ckpt, env if env_cfg is cfg.env else None)  # a video env has extra cameras
     rollouts = []
     for ep in range(episodes):
         r = rollout(env, policy, seed + ep, record=video_dir is not None)

@@ -55,9 +55,10 @@ def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
     return NoiseEnv(env, base, cfg.dsrl)
 
 
-def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | ResidualPolicy:
+def env_policy(cfg: TrainConfig, agent: torch.nn.Module, env: gym.Env) -> torch.nn.Module | ResidualPolicy:
     """The policy that acts in the task's own action space: the agent itself, or a residual agent composed with
-    its frozen base. A DSRL agent's step is a whole chunk of env steps, so it has no per-step equivalent."""
+    the frozen base of its `env` (`agent_env(cfg, ...)`). A DSRL agent's step is a whole chunk of env steps, so
+    it has no per-step equivalent."""
     if cfg.algo == "dsrl":
         raise ValueError(
             "an algo=dsrl agent picks the noise of a whole action chunk and cannot run step by step on a robot; "
@@ -65,4 +66,6 @@ def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | Re
         )
     if cfg.algo != "residual":
         return agent
-    return ResidualPolicy(load_base(cfg.residual.base), agent, cfg.residual)
+    if not isinstance(env, ResidualEnv):
+        raise TypeError(f"env_policy needs the agent's env, agent_env(cfg, ...), not {type(env).__name__}")
+    return ResidualPolicy(env.base, agent, cfg.residual)

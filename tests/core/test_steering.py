@@ -73,7 +73,7 @@ def test_deployed_residual_policy_acts_as_the_agent_did_inside_its_env() -> None
 
 def test_dsrl_agents_are_refused_for_step_by_step_deployment() -> None:
     with pytest.raises(ValueError, match="whole action chunk"):
-        env_policy(TrainConfig(algo="dsrl"), chunk_base())
+        env_policy(TrainConfig(algo="dsrl"), chunk_base(), make_env(EnvConfig()))
 
 
 def test_residual_maps_human_actions_and_demos_into_residuals() -> None:
