@@ -55,7 +55,7 @@ def run_learner(cfg: TrainConfig) -> Path:
                 stats.record(bool(e.success), int(e.length), int(e.interventions))
         weights.publish(learner.policy_weights(), learner.updates)
         actors = {
-            a: {"transitions": s.next_seq, "lost": s.lost, "policy_lag": learner.updates - s.policy_version}
+            a: {"transitions": s.received, "lost": s.lost, "policy_lag": learner.updates - s.policy_version}
             for a, s in transitions.actors.items()
         }
         return run.finish(stats, actors=actors)

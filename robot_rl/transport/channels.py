@@ -203,6 +203,7 @@ class TransitionSender:
 @dataclass
 class ActorState:
     next_seq: int = 0
+    received: int = 0
     lost: int = 0
     policy_version: int = 0
 
@@ -229,11 +230,13 @@ class TransitionReceiver:
             except Refused as e:
                 self.sub.drop("refused", str(e))
                 continue
-            st = self.actors.setdefault(msg.actor_id, ActorState())
+            # A stream is counted from the first batch this learner gets: a resumed learner joins actors mid-stream.
+            st = self.actors.setdefault(msg.actor_id, ActorState(next_seq=msg.first_seq))
             if msg.first_seq != st.next_seq:
                 st.lost += max(0, msg.first_seq - st.next_seq)
                 log.warning("actor %s: expected seq %d, got %d", msg.actor_id, st.next_seq, msg.first_seq)
             st.next_seq = msg.first_seq + msg.size
+            st.received += msg.size
             st.policy_version = msg.policy_version
             out.append((msg.actor_id, ts))
         return out

@@ -118,3 +118,4 @@ def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, d
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == 500 and killed_at["env_steps"] < 500
     assert any(a.startswith("actor0-") for a in s["actors"])  # the same actor reconnected to the new learner
+    assert all(a["lost"] == 0 for a in s["actors"].values())  # counted from the first batch the new learner got
