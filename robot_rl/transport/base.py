@@ -10,9 +10,12 @@ import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_rl.transport import typesys
+
+if TYPE_CHECKING:
+    from robot_rl.transport.bulk import BulkPublisher, BulkSubscription
 
 log = logging.getLogger("robot_rl.transport")
 
@@ -81,9 +84,17 @@ class TransportConfig:
 class Publisher(ABC):
     def __init__(self, topic: str, ros_type: str, distro: str) -> None:
         self.topic, self.ros_type, self.distro = topic, ros_type, distro
+        self._scratch: bytearray | None = None
 
     def publish(self, msg: Any) -> None:
         self.publish_raw(typesys.serialize(msg, self.ros_type, self.distro))
+
+    def _serialize_scratch(self, msg: Any) -> memoryview:
+        """`msg` serialized into this publisher's reused buffer; valid until the next call (for backends that copy
+        on write, or that drop the buffer while a frame in it is unsent)."""
+        view = typesys.serialize_into(msg, self.ros_type, self._scratch, self.distro)
+        self._scratch = view.obj  # type: ignore[assignment]
+        return view
 
     @abstractmethod
     def publish_raw(self, data: bytes) -> None:
@@ -131,7 +142,7 @@ class Transport(ABC):
 
     def __init__(self, cfg: TransportConfig) -> None:
         self.cfg = cfg
-        self._bulk: list[Any] = []
+        self._bulk: list[BulkPublisher | BulkSubscription] = []
 
     @abstractmethod
     def publisher(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Publisher: ...
@@ -139,13 +150,13 @@ class Transport(ABC):
     @abstractmethod
     def subscription(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Subscription: ...
 
-    def bulk_publisher(self, topic: str, ros_type: str, window: int) -> Any:
+    def bulk_publisher(self, topic: str, ros_type: str, window: int) -> BulkPublisher:
         from robot_rl.transport.bulk import BulkPublisher
 
         self._bulk.append(pub := BulkPublisher(self, self.cfg.resolve(topic), ros_type, window))
         return pub
 
-    def bulk_subscription(self, topic: str, ros_type: str) -> Any:
+    def bulk_subscription(self, topic: str, ros_type: str) -> BulkSubscription:
         from robot_rl.transport.bulk import BulkSubscription
 
         self._bulk.append(sub := BulkSubscription(self, self.cfg.resolve(topic), ros_type))

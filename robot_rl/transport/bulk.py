@@ -207,17 +207,14 @@ class BulkPublisher(Publisher):
         self._acks = b""
         self._out: deque[memoryview] = deque()  # frame bytes the socket has not taken yet
         self.in_flight = 0  # frames sent or queued that the learner has not taken yet
-        self._buf: bytearray | None = None
 
     def matched(self) -> int:
         return int(self._sock is not None or self._connect() is not None)
 
     def publish(self, msg: Any) -> None:
         if self._out:
-            self._buf = None  # the unsent tail of the last frame still lives in the old buffer
-        view = typesys.serialize_into(msg, self.ros_type, self._buf, self.distro)
-        self._buf = view.obj  # type: ignore[assignment]
-        self._enqueue(view, stable=True)
+            self._scratch = None  # the unsent tail of the last frame still lives in the old buffer
+        self._enqueue(self._serialize_scratch(msg), stable=True)
 
     def publish_raw(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -237,14 +234,8 @@ class BulkPublisher(Publisher):
                 self._wait(left)
         self.in_flight += 1
         header = _LEN.pack(len(frame))
-        if not self._out:  # the common case, one syscall: small frames cost ~2x a bare `sendall` in a loop
-            try:
-                sent = self._sock.sendmsg((header, frame))  # type: ignore[union-attr]
-            except BlockingIOError:
-                sent = 0
-            except OSError as e:
-                self._disconnect(f"send failed: {e}")
-                raise BackpressureTimeout(f"{self.topic}: learner connection lost ({e})") from e
+        if not self._out:  # the common case, one syscall without the queue (measured 0.45 -> 0.6x of TCP, 2 KB)
+            sent = self._sendmsg((header, frame))
             if sent == len(frame) + 4:
                 return
             self._out += (memoryview(header)[sent:], frame) if sent < 4 else (frame[sent - 4 :],)
@@ -272,18 +263,20 @@ class BulkPublisher(Publisher):
     def _send(self) -> None:
         """What the socket takes now; a frame it cannot take whole stays in `_out` for the next call."""
         out = self._out
+        while out and (n := self._sendmsg(out)):
+            while out and n >= len(out[0]):
+                n -= len(out.popleft())
+            if n:
+                out[0] = out[0][n:]
+
+    def _sendmsg(self, parts: Any) -> int:
+        """Bytes the socket took of `parts`, 0 when it is full; a broken stream raises `BackpressureTimeout`."""
         try:
-            while out:
-                n = self._sock.sendmsg(out)  # type: ignore[union-attr]
-                while out and n >= len(out[0]):
-                    n -= len(out.popleft())
-                if n:
-                    out[0] = out[0][n:]
+            return self._sock.sendmsg(parts)  # type: ignore[union-attr]
         except BlockingIOError:
-            pass
+            return 0
         except OSError as e:
-            self._disconnect(f"send failed: {e}")
-            raise BackpressureTimeout(f"{self.topic}: learner connection lost ({e})") from e
+            raise self._lost(f"send failed: {e}") from e
 
     def _read_credits(self) -> None:
         try:
@@ -295,8 +288,7 @@ class BulkPublisher(Publisher):
         else:
             why = "closed by the learner"
         if not data:
-            self._disconnect(why)
-            raise BackpressureTimeout(f"{self.topic}: learner connection lost ({why})")
+            raise self._lost(why)
         self._acks += data
         whole = len(self._acks) // 4 * 4
         self.in_flight -= sum(v for (v,) in _LEN.iter_unpack(self._acks[:whole]))
@@ -324,6 +316,11 @@ class BulkPublisher(Publisher):
             self._sock, self.in_flight, self._acks = sock, 0, b""
             self._out.clear()
         return self._sock
+
+    def _lost(self, why: str) -> BackpressureTimeout:
+        """Drops the broken stream (the next publish reconnects); the caller raises what this returns."""
+        self._disconnect(why)
+        return BackpressureTimeout(f"{self.topic}: learner connection lost ({why})")
 
     def _disconnect(self, why: str) -> None:
         if self._sock is not None:

@@ -113,12 +113,9 @@ class DdsPublisher(Publisher):
     def __init__(self, writer: DataWriter, topic: str, ros_type: str, distro: str) -> None:
         super().__init__(topic, ros_type, distro)
         self.writer = writer
-        self._buf: bytearray | None = None  # serialization scratch, reused: cyclone copies on write
 
     def publish(self, msg: Any) -> None:
-        view = typesys.serialize_into(msg, self.ros_type, self._buf, self.distro)
-        self._buf = view.obj  # type: ignore[assignment]
-        self.publish_raw(view)
+        self.publish_raw(self._serialize_scratch(msg))  # cyclone copies on write
 
     def publish_raw(self, data: bytes | memoryview) -> None:
         if len(data) % 4:
