@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
@@ -24,14 +22,7 @@ from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpo
 from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.evaluation import evaluate
-from robot_rl.loop.trainer import (
-    EvalLog,
-    default_run_dir,
-    prepare_demos,
-    print_eval_table,
-    resolve_device,
-    seed_everything,
-)
+from robot_rl.loop.trainer import EvalLog, prepare_demos, print_eval_table, start_run
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.types import Batch
@@ -69,13 +60,7 @@ def validation_loss(policy: ChunkPolicy, data: SequenceDataset, device: torch.de
 
 def train_bc(cfg: TrainConfig) -> Path:
     """Trains (or resumes) a BC run; returns the path of its summary.json."""
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
-    device = resolve_device(cfg.device)
-    run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    (run_dir / "config.yaml").write_text(config_yaml)
-    seed_everything(cfg.seed)
+    run_dir, device, config_yaml = start_run(cfg)
     bc, pcfg = cfg.bc, cfg.bc.policy
 
     eval_env = make_env(cfg.env, seed=cfg.seed + 1)

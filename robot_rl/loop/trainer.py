@@ -63,6 +63,18 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{stamp}"
 
 
+def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
+    """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
+    config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    (run_dir / "config.yaml").write_text(config_yaml)
+    seed_everything(cfg.seed)
+    return run_dir, resolve_device(cfg.device), config_yaml
+
+
 @dataclass
 class RunState:
     """Counters that survive a resume."""
@@ -148,14 +160,8 @@ class TrainingRun:
     """
 
     def __init__(self, cfg: TrainConfig) -> None:
-        torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        self.run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-        (self.run_dir / "config.yaml").write_text(self.config_yaml)
-        seed_everything(cfg.seed)
+        self.run_dir, self.device, self.config_yaml = start_run(cfg)
 
         if cfg.algo not in ("sac", "residual", "dsrl"):
             raise ValueError(f"algo={cfg.algo!r} is not trained by SAC; expected sac | residual | dsrl")
