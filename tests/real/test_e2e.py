@@ -33,16 +33,21 @@ def spy_transport(domain: int):
     return make_transport(TransportConfig(backend="dds", domain_id=domain, node_name="spy"))
 
 
-def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: int, tmp_path: Path) -> None:
+def deploy_against_sim_robot(checkpoint: Path, domain: int, store: Path) -> dict:
+    """`robot-rl deploy` of EPISODES episodes, recorded to `store`, against a sim robot process; its summary."""
     sim = spawn("sim-robot", "--domain", str(domain))
     try:
         dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
-                    "--record", str(tmp_path / "store"), "--quiet", "reset_timeout_s=60")  # fmt: skip
+                    "--record", str(store), "--quiet", "reset_timeout_s=60")  # fmt: skip
         out, err = dep.communicate(timeout=240)
         assert dep.returncode == 0, err[-3000:]
     finally:
         stop(sim)
-    summary = json.loads(out)
+    return json.loads(out)
+
+
+def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: int, tmp_path: Path) -> None:
+    summary = deploy_against_sim_robot(checkpoint, domain, tmp_path / "store")
     direct = evaluate_checkpoint(checkpoint, EPISODES)  # same seeds as deploy's default
     print(f"\nsuccess over DDS {summary['success_rate']:.2f} vs direct sim {direct['success_rate']:.2f}; "
           f"control {summary['control']}; latency p50/p99 {summary['latency_p50_ms']:.1f}/"
@@ -68,15 +73,7 @@ def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int
     counters = {"env_steps": 0, "updates": 0, "episodes": 0, "wall_clock_s": 0.0}
     yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
     residual = save_checkpoint(tmp_path / "residual", "final", agent, agent.optimizers(), counters, yaml)
-    sim = spawn("sim-robot", "--domain", str(domain))
-    try:
-        dep = spawn("deploy", str(residual), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
-                    "--record", str(tmp_path / "store"), "--quiet", "reset_timeout_s=60")  # fmt: skip
-        out, err = dep.communicate(timeout=240)
-        assert dep.returncode == 0, err[-3000:]
-    finally:
-        stop(sim)
-    summary = json.loads(out)
+    summary = deploy_against_sim_robot(residual, domain, tmp_path / "store")
     direct = evaluate_checkpoint(residual, EPISODES)
     assert summary["episodes"] == EPISODES and summary["aborted_episodes"] == 0
     assert abs(summary["success_rate"] - direct["success_rate"]) <= 0.25 and direct["success_rate"] >= 0.5
