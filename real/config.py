@@ -31,7 +31,7 @@ class RobotConfig:
     name: str = "sim"
     namespace: str = "/robot_rl"  # relative topic names below resolve under it
     domain_id: int = 0
-    backend: str = "auto"  # transport backend: rclpy on ROS machines, else the pip-only DDS one
+    backend: str = "rclpy"  # transport backend (ROS 2); "inproc" only for single-process tests
     # State in: sensor_msgs/JointState + geometry_msgs/PoseStamped of the TCP (+ the tracked object, if any).
     joint_state_topic: str = "joint_states"
     ee_pose_topic: str = "ee_pose"

@@ -22,11 +22,17 @@ from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
-from robot_rl.transport import LATCHED_QOS, TopicQos, Transport, TransportConfig, make_transport
+from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
 
-# Best-effort readers match both best-effort (camera drivers) and reliable writers; old samples are useless.
+# QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
+# reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
+# reliable (a default-QoS subscriber and a `qos_profile_sensor_data` one both match); commands likewise are
+# published reliable and read best-effort, so a teleop node on either profile drives the robot. Old samples are
+# useless for both, hence keep-last with small depths.
 SENSOR_QOS = TopicQos(reliable=False, depth=5)
+STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
+COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
 STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "last_action", *OBJECT_FIELDS)
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
@@ -49,6 +55,34 @@ def _ee_yaw_sin_cos(q: np.ndarray) -> np.ndarray:
     """[R10, R00] of the TCP rotation matrix, the sim env's `ee_yaw_sin_cos`."""
     w, x, y, z = q / np.linalg.norm(q)
     return np.array([2.0 * (x * y + w * z), 1.0 - 2.0 * (y * y + z * z)])
+
+
+class EstopListener:
+    """The e-stop state from any publisher, including one that pressed it before we started.
+
+    Two readers: a transient-local one gets the press latched before this node existed (it matches only
+    transient-local publishers, like ours), a volatile best-effort one matches every publisher (a `ros2 topic pub`
+    with default QoS, a teleop node on sensor-data QoS). Once the live reader has delivered anything, it alone
+    decides: the latched reader only repeats what the live one already saw, possibly late.
+    """
+
+    def __init__(self, tx: Transport, topic: str) -> None:
+        self._latched: Subscription = tx.subscription(topic, msgs.BOOL, LATCHED_QOS)
+        self._live: Subscription = tx.subscription(topic, msgs.BOOL, COMMAND_READER_QOS)
+        self._seen_live = False
+        self.pressed = False
+
+    def poll(self) -> bool:
+        """Drain both readers; True when a press arrived since the last poll (`pressed` is the newest state)."""
+        history, live = self._latched.take(), self._live.take()
+        if live:
+            self._seen_live = True
+            got = live
+        else:
+            got = history if not self._seen_live else []
+        if got:
+            self.pressed = bool(got[-1].data)
+        return any(m.data for m in got)
 
 
 class RobotEnv(gym.Env):
@@ -102,7 +136,7 @@ class RobotEnv(gym.Env):
             self._subs[f"camera:{name}"] = self.tx.subscription(cam.topic, kind, SENSOR_QOS)
         if cfg.success_topic:
             self._subs["success"] = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
-        self._estop_sub = self.tx.subscription(cfg.estop_topic, msgs.BOOL)
+        self._estop = EstopListener(self.tx, cfg.estop_topic)
         self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
         cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
         self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
@@ -111,7 +145,6 @@ class RobotEnv(gym.Env):
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
         self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
         self._reset_done: list[tuple[int, float]] = []
-        self._estop_pressed = False
         self._prev_tcp: tuple[np.ndarray, float] | None = None
         self._t = 0
         self._last_action = np.array(REST_ACTION)
@@ -132,10 +165,8 @@ class RobotEnv(gym.Env):
             got = sub.take()
             if got:
                 self._latest[key] = (got[-1], now)
-        for m in self._estop_sub.take():
-            self._estop_pressed = bool(m.data)
-            if self._estop_pressed:
-                self.safety.estop("estop topic")
+        if self._estop.poll():
+            self.safety.estop("estop topic")
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
 
@@ -277,7 +308,7 @@ class RobotEnv(gym.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self._poll()
-        if self._estop_pressed:
+        if self._estop.pressed:
             raise SafetyStop("e-stop is pressed; release it (publish False on the estop topic) to continue")
         self.safety.reset()
         if seed is None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, load_robot_config
-from robot_rl.real.robot import COMMAND_QOS, SENSOR_QOS
+from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
@@ -89,21 +89,21 @@ class SimRobot:
         )  # fmt: skip
         self._own_transport = transport is None
         cmd_type = msgs.POSE if robot.command_type == "pose" else msgs.TWIST
-        self._cmd_sub = self.tx.subscription(robot.command_topic, cmd_type, COMMAND_QOS)
-        self._grip_sub = self.tx.subscription(robot.gripper_topic, msgs.FLOAT64, COMMAND_QOS)
+        self._cmd_sub = self.tx.subscription(robot.command_topic, cmd_type, COMMAND_READER_QOS)
+        self._grip_sub = self.tx.subscription(robot.gripper_topic, msgs.FLOAT64, COMMAND_READER_QOS)
         self._reset_sub = self.tx.subscription(robot.reset_topic, msgs.INT64)
-        self._estop_sub = self.tx.subscription(robot.estop_topic, msgs.BOOL)
+        self._estop = EstopListener(self.tx, robot.estop_topic)
         self._pubs = {
-            "joints": self.tx.publisher(robot.joint_state_topic, msgs.JOINT_STATE, SENSOR_QOS),
-            "ee": self.tx.publisher(robot.ee_pose_topic, msgs.POSE, SENSOR_QOS),
-            "object": self.tx.publisher(robot.object_pose_topic or "object_pose", msgs.POSE, SENSOR_QOS),
-            "success": self.tx.publisher(robot.success_topic or "success", msgs.BOOL, SENSOR_QOS),
+            "joints": self.tx.publisher(robot.joint_state_topic, msgs.JOINT_STATE, STATE_QOS),
+            "ee": self.tx.publisher(robot.ee_pose_topic, msgs.POSE, STATE_QOS),
+            "object": self.tx.publisher(robot.object_pose_topic or "object_pose", msgs.POSE, STATE_QOS),
+            "success": self.tx.publisher(robot.success_topic or "success", msgs.BOOL, STATE_QOS),
             "status": self.tx.publisher(robot.status_topic, msgs.STRING),
             "reset_done": self.tx.publisher(robot.reset_done_topic, msgs.INT64),
         }
         cams = {c.name: c for c in robot.cameras}
         self._cam_pubs = {c: self.tx.publisher(cams[c].topic if c in cams else f"camera/{c}/image", msgs.IMAGE,
-                                               SENSOR_QOS) for c in cfg.cameras}  # fmt: skip
+                                               STATE_QOS) for c in cfg.cameras}  # fmt: skip
         self._renderer = None
         if cfg.cameras:
             from robot_rl.sim.rendering import CameraRenderer
@@ -144,9 +144,8 @@ class SimRobot:
             log.warning("holding: %s", reason)
 
     def _drain(self, now: float) -> None:
-        for m in self._estop_sub.take():
-            if m.data:
-                self.watchdog.trip("estop")
+        if self._estop.poll() or self._estop.pressed:  # held while pressed, through resets too
+            self.watchdog.trip("estop")
         for m in self._cmd_sub.take():
             if msgs.stamp_of(m) >= self._reset_time:  # a late command from the previous episode must not act
                 self.watchdog.feed_action(now)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Every ROS 2 participant of the tests, in this process and in the ones it spawns, discovers on this host only.
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+
 
 @pytest.fixture(scope="session")
 def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:

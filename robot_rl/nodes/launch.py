@@ -2,7 +2,7 @@
 
 A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
 `resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
-For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same DDS domain.
+For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
-from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
 
 log = logging.getLogger("robot_rl.launch")
 
@@ -27,7 +26,7 @@ def _cli(*args: str) -> list[str]:
 def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
     env = dict(os.environ)
     if cfg.distributed.local:
-        env.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
+        env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here
     run_dir = Path(cfg.resume or cfg.run_dir)
     learner_args = [*overrides]
     if not cfg.resume and not cfg.run_dir:

@@ -1,8 +1,6 @@
-"""Transport between actors and learners over ROS 2 (rclpy, pip-only cyclonedds, or in-process)."""
+"""Transport between actors, learners and robots over ROS 2 (rclpy), or in-process for unit tests."""
 
 from __future__ import annotations
-
-import importlib.util
 
 from robot_rl.transport.base import (
     LATCHED_QOS,
@@ -18,23 +16,16 @@ from robot_rl.transport.channels import TransitionReceiver, TransitionSender, We
 
 
 def make_transport(cfg: TransportConfig) -> Transport:
-    """Backends import lazily: rclpy exists only on ROS machines, cyclonedds only where installed."""
-    backend = cfg.backend
-    if backend == "auto":
-        backend = "rclpy" if importlib.util.find_spec("rclpy") is not None else "dds"
-    if backend == "rclpy":
+    """rclpy imports lazily: a process that never talks ROS 2 (single-process training) does not need it."""
+    if cfg.backend == "rclpy":
         from robot_rl.transport.ros2 import RclpyTransport
 
         return RclpyTransport(cfg)
-    if backend == "dds":
-        from robot_rl.transport.dds import DdsTransport
-
-        return DdsTransport(cfg)
-    if backend == "inproc":
+    if cfg.backend == "inproc":
         from robot_rl.transport.inproc import InprocTransport
 
         return InprocTransport(cfg)
-    raise ValueError(f"unknown transport backend {cfg.backend!r}")
+    raise ValueError(f"unknown transport backend {cfg.backend!r}; expected 'rclpy' (ROS 2) or 'inproc' (one process)")
 
 
 __all__ = [

@@ -38,16 +38,6 @@ class TopicQos:
 
 ROS_DEFAULT_QOS = TopicQos()  # rmw_qos_profile_default
 
-# Cyclone config for nodes that all live on one machine: unicast discovery to 127.0.0.1 only (`lo` has no
-# MULTICAST flag on many hosts, so SPDP goes to the participant-index ports), and 64 KB datagrams instead of the
-# 1344-byte fragments sized for Ethernet (loopback's MTU is 64 KB; cyclone's own ddsperf uses the same).
-LOOPBACK_DDS_CONFIG = (
-    "<CycloneDDS><Domain Id='any'><General><Interfaces><NetworkInterface name='lo'/></Interfaces>"
-    "<AllowMulticast>false</AllowMulticast><MaxMessageSize>65500B</MaxMessageSize>"
-    "<FragmentSize>65000B</FragmentSize></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
-    "<MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers><Peer address='127.0.0.1'/></Peers>"
-    "</Discovery></Domain></CycloneDDS>"
-)
 LATCHED_QOS = TopicQos(transient_local=True, depth=1)
 
 
@@ -55,22 +45,21 @@ LATCHED_QOS = TopicQos(transient_local=True, depth=1)
 class TransportConfig:
     """Where and how a process joins the robot_rl graph.
 
-    backend: "auto" picks rclpy when it imports (robot PCs), else the pip-only DDS backend.
-    distro: which ROS 2 definitions/type hashes to speak ("jazzy" or "humble").
+    backend: "rclpy" (ROS 2: every process that talks to another) or "inproc" (one process, unit tests).
+    distro: which ROS 2 message definitions to encode with ("jazzy": Jazzy and later, or "humble"); checked
+        against the installed ROS packages when an endpoint is created.
     max_message_bytes: larger incoming messages are dropped before decoding.
-    dds_config: cyclonedds XML (or file URL) for this domain; None uses CYCLONEDDS_URI / defaults.
     bulk_address, bulk_port: where a learner takes transition streams (TCP, see `bulk`). Set the address to
         the learner's LAN IP when actors run on other machines; port 0 picks a free one (announced over DDS).
     """
 
-    backend: str = "auto"
+    backend: str = "rclpy"
     domain_id: int = 0
     namespace: str = "/robot_rl"
     node_name: str = "robot_rl"
     distro: str = "jazzy"
     task: str = "default"
     max_message_bytes: int = 64 * 2**20
-    dds_config: str | None = None
     bulk_address: str = "127.0.0.1"
     bulk_port: int = 0
 

@@ -1,9 +1,8 @@
 """Message types: the standard ROS 2 definitions carried by `rosbags` plus our `robot_rl_msgs`.
 
-rosbags is the single source of truth for layout, CDR (de)serialization and RIHS01 type hashes, so our
-bytes are the ones a ROS 2 node produces without us hand-writing CDR. The DDS backend only derives
-cyclonedds type descriptions from the same field definitions (for the topic's type name and for
-cyclone's validation of incoming CDR).
+rosbags is the single source of truth for layout and CDR (de)serialization, so our bytes are the ones a ROS 2
+node produces without us hand-writing CDR. Its RIHS01 hashes let the rclpy backend check, per type, that the
+installed ROS package describes the same bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +14,12 @@ from typing import Any
 
 import numpy as np
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys import store as _rosbags_store
 from rosbags.typesys.store import Typestore
+
+# rosidl reads `char` as uint8 when it builds type descriptions; rosbags hashes it as CHAR, which gives e.g.
+# rmw_dds_common/msg/Gid (`char[16]`) a hash no ROS node has. Only hashing reads this table.
+_rosbags_store.TIDMAP["char"] = _rosbags_store.TIDMAP["uint8"]
 
 # Bump on any change to robot_rl_msgs or to how transitions/weights are packed into them.
 SCHEMA_VERSION = 2
@@ -51,26 +55,9 @@ def typestore(distro: str = "jazzy") -> Typestore:
     return store
 
 
-def dds_type_name(ros_type: str) -> str:
-    """`sensor_msgs/msg/JointState` -> `sensor_msgs::msg::dds_::JointState_` (the rmw convention)."""
-    pkg, kind, name = ros_type.split("/")
-    return f"{pkg}::{kind}::dds_::{name}_"
-
-
-def ros_type_name(dds_name: str) -> str:
-    """Inverse of `dds_type_name`."""
-    pkg, kind, _, name = dds_name.split("::")
-    return f"{pkg}/{kind}/{name.removesuffix('_')}"
-
-
 def type_hash(ros_type: str, distro: str = "jazzy") -> str:
-    """RIHS01 hash as `ros2 topic info -v` reports it; Jazzy matches endpoints on it."""
+    """RIHS01 hash as `ros2 topic info -v` reports it (rosidl's, `char` included)."""
     return typestore(distro).hash_rihs01(ros_type)
-
-
-def user_data(ros_type: str, distro: str = "jazzy") -> bytes:
-    """Endpoint USER_DATA the way rmw_dds_common encodes it (`typehash=RIHS01_...;`); none before Iron."""
-    return f"typehash={type_hash(ros_type, distro)};".encode() if distro != "humble" else b""
 
 
 def serialize(msg: object, ros_type: str, distro: str = "jazzy") -> bytes:

@@ -1,4 +1,4 @@
-"""Loopback-only cyclonedds with a random domain per session, inherited by spawned subprocesses."""
+"""ROS 2 (rclpy) on this host only, with a random domain per session, inherited by spawned subprocesses."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from collections.abc import Callable, Iterator
 import pytest
 from transport_util import make_episode
 
-from robot_rl.transport.base import LOOPBACK_DDS_CONFIG  # noqa: E402
-
-os.environ["CYCLONEDDS_URI"] = LOOPBACK_DDS_CONFIG
 os.environ.setdefault("ROBOT_RL_TEST_DOMAIN", str(random.randint(1, 200)))
 
 from robot_rl.transport import TransportConfig  # noqa: E402
@@ -21,7 +18,7 @@ from robot_rl.types import Transition  # noqa: E402
 @pytest.fixture
 def cfg() -> Callable[..., TransportConfig]:
     def make(**kw: object) -> TransportConfig:
-        base = dict(backend="dds", domain_id=int(os.environ["ROBOT_RL_TEST_DOMAIN"]), task="reach")
+        base = dict(backend="rclpy", domain_id=int(os.environ["ROBOT_RL_TEST_DOMAIN"]), task="reach")
         return TransportConfig(**{**base, **kw})  # type: ignore[arg-type]
 
     return make

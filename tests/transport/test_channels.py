@@ -1,4 +1,4 @@
-"""Transitions and weights end to end over real DDS (and inproc for raw-byte abuse)."""
+"""Transitions and weights end to end over real ROS 2 (and inproc for raw-byte abuse)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_burst_from_other_process_is_lossless_and_ordered(cfg) -> None:
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from transport_util import make_episode, wait_until
         from robot_rl.transport import TransitionSender, TransportConfig, make_transport
-        tr = make_transport(TransportConfig(backend="dds", domain_id={cfg().domain_id}, task="reach"))
+        tr = make_transport(TransportConfig(backend="rclpy", domain_id={cfg().domain_id}, task="reach"))
         tx = TransitionSender(tr, "burst", batch_size=1)
         wait_until(lambda: tx.pub.matched() == 1)
         for t in make_episode({n}):

@@ -1,111 +1,143 @@
-"""What real ROS 2 nodes see: CDR bytes, topic/type names, USER_DATA, ros_discovery_info."""
+"""What a plain ROS 2 node (tests/plain_ros.py: rclpy, generated classes, default Fast DDS) gets from our transport,
+and what we get from it: every message type we use, both directions, and our node in its graph."""
 
 from __future__ import annotations
 
+import array
+from typing import Any
+
 import numpy as np
 import pytest
-from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication, BuiltinTopicDcpsSubscription
-from cyclonedds.domain import DomainParticipant
-from cyclonedds.qos import Policy
+from plain_ros import PlainNode, msg_type
 from transport_util import wait_until
 
-from robot_rl.transport import TopicQos, typesys
-from robot_rl.transport.dds import DISCOVERY_TYPE, DdsTransport, idl_type
+from robot_rl.real import msgs
+from robot_rl.transport import make_transport, typesys
+from robot_rl.transport.channels import ANNOUNCE_T, BATCH_T, CHUNK_T, EPISODE_T
+from robot_rl.transport.ros2 import RosSetupError, installed_type_hash, msg_class
 
+pytestmark = pytest.mark.ros2
 S = typesys.typestore("jazzy")
+OUR_TYPES = [BATCH_T, CHUNK_T, ANNOUNCE_T, EPISODE_T, "robot_rl_msgs/msg/BulkEndpoint"]
+ROBOT_TYPES = [msgs.JOINT_STATE, msgs.IMAGE, msgs.COMPRESSED_IMAGE, msgs.POSE, msgs.TWIST, msgs.FLOAT64, msgs.BOOL,
+               msgs.INT64, msgs.STRING]  # fmt: skip
 
 
-def header() -> object:
-    return S.types["std_msgs/msg/Header"](
-        stamp=S.types["builtin_interfaces/msg/Time"](sec=5, nanosec=7), frame_id="cam"
-    )
+def sample(ros_type: str, seed: int = 0) -> Any:
+    """A rosbags message of `ros_type` with distinct non-default values in every field (sequences non-empty)."""
+    rng = np.random.default_rng(seed)
+
+    def build(t: str) -> Any:
+        fields = {}
+        for name, (kind, rest) in S.fielddefs[t][1]:
+            fields[name] = value(kind, rest)
+        return S.types[t](**fields)
+
+    def base(name: str) -> Any:
+        if name == "string":
+            return f"s{rng.integers(100)}"
+        if name == "bool":
+            return True
+        if name.startswith("float"):
+            return float(rng.standard_normal())
+        return int(rng.integers(1, 100))
+
+    def value(kind: int, rest: Any) -> Any:
+        from rosbags.interfaces import Nodetype
+
+        if kind == Nodetype.NAME:
+            return build(rest)
+        if kind == Nodetype.BASE:
+            return base(rest[0])
+        (ek, er), n = rest
+        n = n or 3
+        if ek == Nodetype.BASE and er[0] != "string":
+            dtype = {"float32": np.float32, "float64": np.float64, "bool": np.bool_}.get(er[0], np.dtype(er[0]))
+            return np.array([base(er[0]) for _ in range(n)], dtype=dtype)
+        return [value(ek, er) for _ in range(n)]
+
+    return build(ros_type)
 
 
-def joint_state() -> object:
-    return S.types["sensor_msgs/msg/JointState"](
-        header=header(), name=["j1", "j2", "j3"], position=np.array([0.1, -0.2, 0.3]),
-        velocity=np.zeros(3), effort=np.array([1.0, 2.0, 3.0]),
-    )  # fmt: skip
+def plain(msg: Any) -> Any:
+    """A rosbags dataclass or an rclpy message as nested python values, for comparing the two."""
+    if hasattr(msg, "get_fields_and_field_types"):
+        return {f: plain(getattr(msg, f)) for f in msg.get_fields_and_field_types()}
+    if hasattr(msg, "__msgtype__"):
+        return {f: plain(getattr(msg, f)) for f, _ in S.fielddefs[msg.__msgtype__][1]}
+    if isinstance(msg, (np.ndarray, array.array, bytes, list, tuple)):
+        return [plain(v) for v in (msg.tolist() if isinstance(msg, np.ndarray) else msg)]
+    if isinstance(msg, (np.floating, float)):
+        return float(np.float32(msg)) if isinstance(msg, np.float32) else float(msg)
+    return msg.item() if isinstance(msg, np.generic) else msg
 
 
-def image() -> object:
-    data = np.random.default_rng(0).integers(0, 256, 5 * 7 * 3, dtype=np.uint8)
-    return S.types["sensor_msgs/msg/Image"](
-        header=header(), height=5, width=7, encoding="rgb8", is_bigendian=0, step=21, data=data
-    )
+def to_rclpy(ros_type: str, values: dict) -> Any:
+    msg = msg_type(ros_type)()
+    for name, v in values.items():
+        current = getattr(msg, name)
+        if hasattr(current, "get_fields_and_field_types"):
+            v = to_rclpy(f"{type(current).__module__.split('.')[0]}/msg/{type(current).__name__}", v)
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            elem_t = msg.get_fields_and_field_types()[name].removeprefix("sequence<").removesuffix(">").split("[")[0]
+            pkg, name_ = elem_t.split("/")
+            v = [to_rclpy(f"{pkg}/msg/{name_}", e) for e in v]
+        setattr(msg, name, v)
+    return msg
 
 
-def pose() -> object:
-    g = S.types
-    p = g["geometry_msgs/msg/Pose"](
-        position=g["geometry_msgs/msg/Point"](x=1.0, y=2.0, z=3.0),
-        orientation=g["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
-    )
-    return g["geometry_msgs/msg/PoseStamped"](header=header(), pose=p)
+def approx_equal(a: Any, b: Any) -> bool:
+    """float32 fields go through a float64 python value on one side: compare at float32 precision."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(approx_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(approx_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return np.float32(a) == np.float32(b)
+    return a == b
 
 
-@pytest.mark.parametrize(
-    "ros_type,make",
-    [("sensor_msgs/msg/JointState", joint_state), ("sensor_msgs/msg/Image", image),
-     ("geometry_msgs/msg/PoseStamped", pose)],
-)  # fmt: skip
-def test_wire_bytes_equal_rosbags_cdr(cfg, ros_type, make) -> None:
-    msg = make()
-    with DdsTransport(cfg(node_name="pub")) as a, DdsTransport(cfg(node_name="sub")) as b:
-        pub, sub = a.publisher("wire", ros_type), b.subscription("wire", ros_type)
-        wait_until(lambda: pub.matched() == 1)
-        pub.publish(msg)
-        assert sub.wait(5.0)
-        (raw,) = sub.take_raw()
-    expected = bytes(S.serialize_cdr(msg, ros_type, little_endian=True))
-    assert raw[:4] == b"\x00\x01\x00\x00"  # CDR_LE, XCDR1: what rmw_cyclonedds_cpp sends
-    assert raw == expected + b"\0" * (-len(expected) % 4)
-    # Independent check of the DDS type layout: cyclonedds' own decoder reads the same values.
-    decoded = idl_type(ros_type).deserialize(raw)
-    assert decoded.header.frame_id == "cam" and decoded.header.stamp.nanosec == 7
+@pytest.mark.parametrize("ros_type", OUR_TYPES + ROBOT_TYPES)
+def test_every_type_both_directions_with_a_plain_node(cfg, ros_type: str) -> None:
+    ours_msg, theirs = sample(ros_type, seed=1), sample(ros_type, seed=2)
+    domain = cfg().domain_id
+    with make_transport(cfg(node_name="ours")) as tx, PlainNode(domain) as peer:
+        got_plain = peer.subscribe("/robot_rl/to_plain", ros_type)
+        plain_pub = peer.publisher("/robot_rl/from_plain", ros_type)
+        pub = tx.publisher("to_plain", ros_type)
+        sub = tx.subscription("from_plain", ros_type)
+        peer.spin_until(lambda: pub.matched() == 1 and plain_pub.get_subscription_count() == 1, 10, "matching")
+        pub.publish(ours_msg)
+        peer.spin_until(lambda: len(got_plain) == 1, 10, f"our {ros_type}")
+        plain_pub.publish(to_rclpy(ros_type, plain(theirs)))
+        got: list = []
+        wait_until(lambda: sub.wait(0.05) and got.extend(sub.take()) is None and len(got) == 1)
+    assert approx_equal(plain(got_plain[0]), plain(ours_msg))
+    assert approx_equal(plain(got[0]), plain(theirs))
 
 
-def test_endpoint_names_and_typehash_user_data(cfg) -> None:
-    ros_type = "sensor_msgs/msg/JointState"
-    with DdsTransport(cfg(node_name="talker")) as t:
-        t.publisher("joint_states", ros_type)
-        t.subscription("cmd", "geometry_msgs/msg/TwistStamped")
-        spy = DomainParticipant(t.cfg.domain_id)
-        pubs = BuiltinDataReader(spy, BuiltinTopicDcpsPublication)
-        subs = BuiltinDataReader(spy, BuiltinTopicDcpsSubscription)
-        found: dict[str, object] = {}
+def test_plain_node_sees_our_node_and_its_endpoints(cfg) -> None:
+    with make_transport(cfg(node_name="talker")) as tx, PlainNode(cfg().domain_id) as peer:
+        tx.publisher("joint_states", msgs.JOINT_STATE)
+        tx.subscription("cmd", msgs.TWIST)
 
-        def scan() -> bool:
-            for e in pubs.take(64) + subs.take(64):
-                found[e.topic_name] = e
-            return {"rt/robot_rl/joint_states", "rt/robot_rl/cmd", "ros_discovery_info"} <= found.keys()
+        def listed() -> bool:
+            if ("talker", "/robot_rl") not in peer.node.get_node_names_and_namespaces():
+                return False
+            pubs, subs = peer.node_endpoints("talker", "/robot_rl")
+            return "/robot_rl/joint_states" in pubs and "/robot_rl/cmd" in subs
 
-        wait_until(scan)
-    js, cmd = found["rt/robot_rl/joint_states"], found["rt/robot_rl/cmd"]
-    assert js.type_name == "sensor_msgs::msg::dds_::JointState_"
-    assert cmd.type_name == "geometry_msgs::msg::dds_::TwistStamped_"
-    assert js.qos[Policy.Userdata].data == f"typehash={typesys.type_hash(ros_type)};".encode()
-    # Jazzy's published hash for sensor_msgs/msg/JointState (rosidl generated), pinned against regressions.
-    assert b"RIHS01_a13ee3a330e346c9d87b5aa18d24e11690752bd33a0350f11c5882bc9179260e" in js.qos[Policy.Userdata].data
-    assert cmd.qos[Policy.Userdata].data.startswith(b"typehash=RIHS01_")
-    assert js.qos[Policy.DataRepresentation].use_cdrv0_representation
-    assert not js.qos[Policy.DataRepresentation].use_xcdrv2_representation
-    assert js.qos[Policy.History] == Policy.History.KeepLast(depth=10)
-    assert found["ros_discovery_info"].type_name == "rmw_dds_common::msg::dds_::ParticipantEntitiesInfo_"
+        peer.spin_until(listed, 10, "our node with its endpoints")
+        (info,) = peer.node.get_publishers_info_by_topic("/robot_rl/joint_states")
+    assert (info.node_name, info.node_namespace, info.topic_type) == ("talker", "/robot_rl", msgs.JOINT_STATE)
 
 
-def test_ros_discovery_info_lists_node_and_endpoints(cfg) -> None:
-    with DdsTransport(cfg(node_name="graph_node")) as t, DdsTransport(cfg(node_name="observer")) as o:
-        pub = t.publisher("chatter", "std_msgs/msg/String")
-        # Keyless topic: a depth-1 reader would keep only the last sample across all writers.
-        info = o.dds_subscription("ros_discovery_info", DISCOVERY_TYPE, TopicQos(transient_local=True, depth=100))
-        want = pub.writer.guid.bytes
+@pytest.mark.parametrize("ros_type", OUR_TYPES + ROBOT_TYPES + ["rmw_dds_common/msg/ParticipantEntitiesInfo"])
+def test_type_hashes_match_rosidl(ros_type: str) -> None:
+    """The definitions we encode with hash like rosidl's, `char` included (rmw_dds_common's Gid is `char[16]`)."""
+    assert typesys.type_hash(ros_type) == installed_type_hash(ros_type)
 
-        def seen() -> bool:
-            return any(
-                n.node_name == "graph_node" and n.node_namespace == "/robot_rl"
-                and any(bytes(g.data) == want for g in n.writer_gid_seq)
-                for m in info.take() for n in m.node_entities_info_seq
-            )  # fmt: skip
 
-        wait_until(seen)
+def test_missing_message_package_is_a_clear_error() -> None:
+    with pytest.raises(RosSetupError, match="no_such_msgs"):
+        msg_class("no_such_msgs/msg/Thing")

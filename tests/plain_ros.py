@@ -1,0 +1,67 @@
+"""A plain rclpy node, written the way any ROS 2 user would: generated message classes, callbacks, an executor,
+default or sensor-data QoS, default Fast DDS settings. It imports nothing from robot_rl, so what it accepts is what
+a stock ROS 2 graph accepts."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+
+QOS = {
+    "default": QoSProfile(depth=10),
+    "sensor": qos_profile_sensor_data,
+    "latched": QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL),
+}
+
+
+def msg_type(ros_type: str) -> Any:
+    pkg, _, name = ros_type.split("/")
+    return getattr(importlib.import_module(f"{pkg}.msg"), name)
+
+
+class PlainNode:
+    def __init__(self, domain: int, name: str = "plain_peer") -> None:
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def subscribe(self, topic: str, ros_type: str, qos: str = "default") -> list[Any]:
+        got: list[Any] = []
+        self.node.create_subscription(msg_type(ros_type), topic, got.append, QOS[qos])
+        return got
+
+    def publisher(self, topic: str, ros_type: str, qos: str = "default") -> Any:
+        return self.node.create_publisher(msg_type(ros_type), topic, QOS[qos])
+
+    def spin_until(self, pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not pred():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"plain rclpy node: timed out waiting for {what}")
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def node_endpoints(self, name: str, namespace: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(publishers, subscriptions) of a node as the ROS graph attributes them: topic -> types."""
+        pubs = self.node.get_publisher_names_and_types_by_node(name, namespace)
+        subs = self.node.get_subscriber_names_and_types_by_node(name, namespace)
+        return dict(pubs), dict(subs)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+    def __enter__(self) -> PlainNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
