@@ -1,4 +1,4 @@
-"""Learner and actor nodes as real processes over the pip-only DDS backend on loopback."""
+"""Learner and actor nodes as real processes over ROS 2 (rclpy, this host only)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 
 from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
-from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
 
 pytestmark = pytest.mark.slow
-os.environ["CYCLONEDDS_URI"] = LOOPBACK_DDS_CONFIG  # this process listens in one test: same discovery as the nodes
 
 
 @pytest.fixture
@@ -26,7 +24,7 @@ def domain() -> int:
 
 
 def common(domain: int, steps: int) -> list[str]:
-    return [f"distributed.transport.domain_id={domain}", "distributed.transport.backend=dds",
+    return [f"distributed.transport.domain_id={domain}", "distributed.transport.backend=rclpy",
             f"loop.env_steps={steps}", "loop.eval_every=0", "loop.final_eval_episodes=3", "demos.n_episodes=5",
             "loop.checkpoint_every=100", "loop.stop_at_success=2", "profile=cpu", "threads=1"]  # fmt: skip
 
@@ -57,7 +55,7 @@ def wait_for(pred, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def test_learner_and_actor_processes_train_over_dds(tmp_path: Path, domain: int) -> None:
+def test_learner_and_actor_processes_train_over_ros2(tmp_path: Path, domain: int) -> None:
     run = tmp_path / "run"
     learner = spawn("learner", f"run_dir={run}", *common(domain, 300))
     actor = spawn("actor", "--index", "0", *common(domain, 300))
@@ -104,7 +102,7 @@ def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, d
         killed_at = json.loads((run / "checkpoints" / (run / "checkpoints/latest").read_text() / "counters.json")
                                .read_text())  # fmt: skip
         # Listen as a learner would: the actor keeps acting and streaming with its last weights.
-        cfg = TransportConfig(backend="dds", domain_id=domain, task="PickCube", node_name="probe")
+        cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
         with make_transport(cfg) as transport:
             rx = TransitionReceiver(transport)
             got: list = []

@@ -1,4 +1,4 @@
-"""The sim robot and the deployment node as separate processes over the pip-only DDS backend on loopback."""
+"""The sim robot and the deployment node as separate processes over ROS 2 (rclpy, this host only)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ EPISODES = 8
 
 
 def spy_transport(domain: int):
-    return make_transport(TransportConfig(backend="dds", domain_id=domain, node_name="spy"))
+    return make_transport(TransportConfig(backend="rclpy", domain_id=domain, node_name="spy"))
 
 
 def deploy_against_sim_robot(checkpoint: Path, domain: int, store: Path) -> dict:
@@ -49,7 +49,7 @@ def deploy_against_sim_robot(checkpoint: Path, domain: int, store: Path) -> dict
 def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: int, tmp_path: Path) -> None:
     summary = deploy_against_sim_robot(checkpoint, domain, tmp_path / "store")
     direct = evaluate_checkpoint(checkpoint, EPISODES)  # same seeds as deploy's default
-    print(f"\nsuccess over DDS {summary['success_rate']:.2f} vs direct sim {direct['success_rate']:.2f}; "
+    print(f"\nsuccess over ROS 2 {summary['success_rate']:.2f} vs direct sim {direct['success_rate']:.2f}; "
           f"control {summary['control']}; latency p50/p99 {summary['latency_p50_ms']:.1f}/"
           f"{summary['latency_p99_ms']:.1f} ms")  # fmt: skip
     assert summary["episodes"] == EPISODES and summary["aborted_episodes"] == 0
@@ -63,7 +63,7 @@ def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: 
 
 
 def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int, tmp_path: Path) -> None:
-    """A zero-initialised residual on the trained policy acts as that policy: deployed over DDS it must do what
+    """A zero-initialised residual on the trained policy acts as that policy: deployed over ROS 2 it must do what
     the same residual checkpoint does inside `ResidualEnv` in-process, and the robot sees task-space actions."""
     cfg = TrainConfig(
         algo="residual", residual=ResidualConfig(base=str(checkpoint)), sac=SACConfig(zero_init_actor=True)
@@ -133,7 +133,7 @@ def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(c
 
 def test_bad_inputs_never_put_a_command_outside_the_limits_on_the_wire(domain: int) -> None:
     sim = spawn("sim-robot", "--domain", str(domain))
-    cfg = load_robot_config("sim", [f"domain_id={domain}", "backend=dds", "reset_timeout_s=60"])
+    cfg = load_robot_config("sim", [f"domain_id={domain}", "backend=rclpy", "reset_timeout_s=60"])
     tx = spy_transport(domain)
     wire = tx.subscription(cfg.command_topic, msgs.POSE)
     grip = tx.subscription(cfg.gripper_topic, msgs.FLOAT64)

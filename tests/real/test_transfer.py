@@ -27,7 +27,7 @@ def motion_onsets(domain: int, latency_s: float, moves: int = 4) -> list[float]:
     towards it. Between moves the same target is re-sent at 10 Hz, as a policy would, so the watchdog stays fed."""
     sim = spawn("sim-robot", "--domain", str(domain), "--latency", str(latency_s))
     cfg = load_robot_config("sim")
-    tx = make_transport(TransportConfig(backend="dds", domain_id=domain, node_name="latency_probe"))
+    tx = make_transport(TransportConfig(backend="rclpy", domain_id=domain, node_name="latency_probe"))
     cmd = tx.publisher(cfg.command_topic, msgs.POSE, COMMAND_QOS)
     ee = tx.subscription(cfg.ee_pose_topic, msgs.POSE, SENSOR_QOS)
     poses: list[tuple[float, np.ndarray]] = []
