@@ -25,7 +25,8 @@ def make_transport(cfg: TransportConfig) -> Transport:
         from robot_rl.transport.inproc import InprocTransport
 
         return InprocTransport(cfg)
-    raise ValueError(f"unknown transport backend {cfg.backend!r}; expected 'rclpy' (ROS 2) or 'inproc' (one process)")
+    why = " (the pip cyclonedds backend was retired: docs/ros2_interface.md)" if cfg.backend in ("dds", "auto") else ""
+    raise ValueError(f"unknown transport backend {cfg.backend!r}{why}; use 'rclpy' (ROS 2) or 'inproc' (one process)")
 
 
 __all__ = [
