@@ -40,9 +40,13 @@ def flush(sender: TransitionSender, actor_id: str) -> None:
     try:
         sender.flush()
     except BackpressureTimeout as e:
-        # Only a dead or stuck learner stops taking transitions; its replacement resumes from a checkpoint, so
-        # these uncommitted ones are not needed.
-        log.warning("%s: %s; dropped %d transitions", actor_id, e, sender.discard_pending())
+        # Only a dead, stuck or finished learner stops taking transitions; a replacement resumes from a
+        # checkpoint, so these uncommitted ones are not needed.
+        dropped = sender.discard_pending()
+        if sender.pub.learner_finished:
+            log.info("%s: the learner finished the run (%d transitions past its budget unsent)", actor_id, dropped)
+        else:
+            log.warning("%s: %s; dropped %d transitions", actor_id, e, dropped)
 
 
 def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
@@ -64,15 +68,17 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
         store = typesys.typestore(transport.cfg.distro)
         fresh = None
         # Acting on random weights, or before the learner's bulk endpoint took our connection, would be thrown away.
-        while fresh is None or sender.pub.matched() == 0:
+        while (fresh is None or sender.pub.matched() == 0) and not sender.pub.learner_finished:
             fresh = weights.poll(timeout_s=dist.learner_timeout_s) or fresh
             if fresh is None or sender.pub.matched() == 0:
                 log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
-        actor.load_weights(*fresh)
-        sender.policy_version, since_update = fresh[1], 0
+        if fresh is not None:
+            actor.load_weights(*fresh)
+            sender.policy_version = fresh[1]
+        since_update = 0
         period = 1.0 / dist.control_hz if dist.control_hz > 0 else 0.0
         next_tick = time.perf_counter()
-        while max_episodes <= 0 or actor.stats.episodes < max_episodes:
+        while (max_episodes <= 0 or actor.stats.episodes < max_episodes) and not sender.pub.learner_finished:
             waiting = since_update >= dist.steps_per_version
             if waiting:
                 flush(sender, actor_id)  # the learner needs these steps before it has a newer policy to give

@@ -48,7 +48,7 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
                 log.warning("learner exited with %s: resuming from %s (restart %d)", rc, run_dir, restarts)
                 learner = subprocess.Popen(_cli("learner", f"resume={run_dir}"), env=env)
             for i, p in actors.items():
-                if p.poll() is not None and restarts < max_restarts:
+                if p.poll() not in (None, 0) and restarts < max_restarts:  # 0: the learner ended the run
                     restarts += 1
                     log.warning("actor %d exited with %s: restarting", i, p.returncode)
                     actors[i] = subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)

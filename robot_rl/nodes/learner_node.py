@@ -54,6 +54,7 @@ def run_learner(cfg: TrainConfig) -> Path:
             for e in episodes.take():
                 stats.record(bool(e.success), int(e.length), int(e.interventions))
         weights.publish(learner.policy_weights(), learner.updates)
+        transitions.finish()  # actors stop now, before the final evaluation, rather than wait for a restart
         actors = {
             a: {"transitions": s.received, "lost": s.lost, "policy_lag": learner.updates - s.policy_version}
             for a, s in transitions.actors.items()

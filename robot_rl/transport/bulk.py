@@ -31,6 +31,7 @@ ENDPOINT_T = "robot_rl_msgs/msg/BulkEndpoint"
 _LEN = struct.Struct("<I")
 _RECV_BUF = 1 << 20  # frames under half of this are cut out of one shared receive buffer; larger get their own
 _RECONNECT_S = 0.5
+_FINISH_GRACE_S = 1.0  # how long a broken stream waits for the learner's end-of-run announcement
 _SEND_BUF = 4 << 20  # most frames then leave in one syscall (the kernel caps it at net.core.wmem_max)
 
 
@@ -56,6 +57,7 @@ class BulkSubscription(Subscription):
         self._ready: deque[tuple[_Stream, bytes | memoryview]] = deque()
         host, port = self._server.getsockname()[:2]
         self.uri = f"tcp://{host}:{port}"
+        self._cfg = cfg
         self._announce = transport.publisher(_endpoint_topic(topic), ENDPOINT_T, LATCHED_QOS)
         self._announce.publish(typesys.msg_class(ENDPOINT_T, cfg.distro)(
             header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=self.uri
@@ -94,8 +96,18 @@ class BulkSubscription(Subscription):
                 self._selector.unregister(stream.sock)
                 stream.close()
 
+    def finish(self) -> None:
+        """The run is over: an empty endpoint (latched) tells actors to stop instead of waiting for a restart."""
+        cfg = self._cfg
+        self._announce.publish(typesys.msg_class(ENDPOINT_T, cfg.distro)(
+            header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=""
+        ))  # fmt: skip
+
     def close(self) -> None:
-        for key in list(self._selector.get_map().values()):
+        """Idempotent: the transport closes every bulk endpoint on exit, whoever closed it before."""
+        if (streams := self._selector.get_map()) is None:
+            return
+        for key in list(streams.values()):
             key.fileobj.close()  # type: ignore[union-attr]
         self._selector.close()
 
@@ -202,6 +214,7 @@ class BulkPublisher(Publisher):
         self.task, self.window, self.max_blocking_s = transport.cfg.task, window, max_blocking_s
         self._endpoints = transport.subscription(_endpoint_topic(topic), ENDPOINT_T, LATCHED_QOS)
         self._uri = ""
+        self.learner_finished = False  # the learner announced the end of the run
         self._sock: socket.socket | None = None
         self._next_try = 0.0
         self._acks = b""
@@ -294,15 +307,21 @@ class BulkPublisher(Publisher):
         self.in_flight -= sum(v for (v,) in _LEN.iter_unpack(self._acks[:whole]))
         self._acks = self._acks[whole:]
 
-    def _connect(self) -> socket.socket | None:
-        """Joins the newest announced learner of this task (only while disconnected: a learner that died breaks
-        the stream, and its restart announces anew)."""
+    def _read_endpoints(self) -> None:
         for e in self._endpoints.take():
             if e.task != self.task or e.schema_version != typesys.SCHEMA_VERSION:
                 self._endpoints.drop("refused", f"endpoint of task {e.task!r}, schema {e.schema_version}")
+            elif not e.uri:
+                self.learner_finished, self._uri = True, ""
             elif e.uri != self._uri:
+                self.learner_finished = False
                 self._disconnect("the learner moved")
                 self._uri, self._next_try = e.uri, 0.0
+
+    def _connect(self) -> socket.socket | None:
+        """Joins the newest announced learner of this task (only while disconnected: a learner that died breaks
+        the stream, and its restart announces anew)."""
+        self._read_endpoints()
         if self._sock is None and self._uri and time.monotonic() >= self._next_try:
             self._next_try = time.monotonic() + _RECONNECT_S
             host, _, port = self._uri.removeprefix("tcp://").rpartition(":")
@@ -318,7 +337,16 @@ class BulkPublisher(Publisher):
         return self._sock
 
     def _lost(self, why: str) -> BackpressureTimeout:
-        """Drops the broken stream (the next publish reconnects); the caller raises what this returns."""
+        """Drops the broken stream (the next publish reconnects); the caller raises what this returns. A learner
+        that finished the run announces it before it closes: wait a moment for that, so a normal end is not
+        reported as a lost connection."""
+        deadline = time.monotonic() + _FINISH_GRACE_S
+        while not self.learner_finished and (left := deadline - time.monotonic()) > 0:
+            self._endpoints.wait(left)
+            self._read_endpoints()
+        if self.learner_finished:
+            self.close()
+            return BackpressureTimeout(f"{self.topic}: the learner finished the run")
         self._disconnect(why)
         return BackpressureTimeout(f"{self.topic}: learner connection lost ({why})")
 

@@ -1,7 +1,7 @@
 """The RL data plane on top of any Transport: transitions actor -> learner, weights learner -> actors.
 
 Transitions: `TransitionBatch` CDR over the transport's bulk channel (a TCP stream per actor, found through a
-latched DDS announcement, credit flow control: see `bulk`). A learner that stops taking data makes actors
+latched ROS 2 announcement, credit flow control: see `bulk`). A learner that stops taking data makes actors
 block instead of dropping, and the credit window bounds policy lag. Sequence numbers per actor let the
 learner detect loss anyway.
 
@@ -218,6 +218,10 @@ class TransitionReceiver:
 
     def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:
         return [t for _, ts in self.poll_batches(timeout_s, max_batches) for t in ts]
+
+    def finish(self) -> None:
+        """Tell actors the run is over (they stop); a learner that dies instead says nothing and is waited for."""
+        self.sub.finish()
 
     def poll_batches(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[tuple[str, list[Transition]]]:
         """(actor id, transitions in order) per received batch: what `Learner.add(t, stream=actor_id)` needs."""

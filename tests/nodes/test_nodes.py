@@ -117,3 +117,34 @@ def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, d
     assert s["env_steps"] == 500 and killed_at["env_steps"] < 500
     assert any(a.startswith("actor0-") for a in s["actors"])  # the same actor reconnected to the new learner
     assert all(a["lost"] == 0 for a in s["actors"].values())  # counted from the first batch the new learner got
+
+
+@pytest.mark.ros2
+def test_launch_nodes_are_plain_ros2_nodes_and_lose_nothing(tmp_path: Path, domain: int) -> None:
+    """`robot-rl launch` as a user runs it; a plain rclpy node (none of our transport code) lists the learner and
+    the actors with their endpoints while it trains."""
+    from plain_ros import PlainNode
+
+    run = tmp_path / "run"
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *common(domain, 400))
+    try:
+        with PlainNode(domain) as peer:
+
+            def listed() -> bool:
+                names = peer.node.get_node_names_and_namespaces()
+                if not {("learner", "/robot_rl"), ("actor0", "/robot_rl"), ("actor1", "/robot_rl")} <= set(names):
+                    return False
+                learner_pubs, learner_subs = peer.node_endpoints("learner", "/robot_rl")
+                actor_pubs, actor_subs = peer.node_endpoints("actor0", "/robot_rl")
+                return ({"/robot_rl/weights/chunks", "/robot_rl/transitions/endpoint"} <= learner_pubs.keys()
+                        and "/robot_rl/episodes" in learner_subs and "/robot_rl/episodes" in actor_pubs
+                        and "/robot_rl/weights/chunks" in actor_subs)  # fmt: skip
+
+            peer.spin_until(listed, 120, "learner and actors listed with their endpoints")
+        out = finish(launch, 300)
+    finally:
+        stop(launch)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 400 and len(s["actors"]) == 2, out[-2000:]
+    assert all(a["lost"] == 0 for a in s["actors"].values())
+    assert "connection lost" not in out, out[-2000:]  # a normal end is not reported as a failure

@@ -101,3 +101,26 @@ def test_unannounceable_bulk_address_is_a_clear_error(cfg) -> None:
     with make_transport(cfg(backend="inproc", domain_id=905, bulk_address="0.0.0.0")) as learner:
         with pytest.raises(ValueError, match="address they can reach"):
             learner.bulk_subscription(TOPIC, TYPE)
+
+
+def test_a_finished_learner_is_not_a_lost_connection(cfg, caplog) -> None:
+    """The learner's end-of-run announcement reaches actors before its sockets close: they stop without a warning
+    and without trying to reconnect; a learner that just dies is still reported as lost."""
+    with (
+        make_transport(cfg(backend="inproc", domain_id=907)) as learner,
+        make_transport(cfg(backend="inproc", domain_id=907)) as actor,
+    ):
+        sub = learner.bulk_subscription(TOPIC, TYPE)
+        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        wait_until(lambda: pub.matched() == 1)
+        pub.publish_raw(frame("a"))
+        assert texts(sub, 1) == ["a"]
+        sub.finish()
+        sub.close()
+        with caplog.at_level(logging.WARNING, logger="robot_rl.transport"):
+            with pytest.raises(BackpressureTimeout, match="finished the run"):
+                for _ in range(100):  # the first sends may still land in the socket buffer
+                    pub.publish_raw(frame("late"))
+                    time.sleep(0.01)
+        assert pub.learner_finished and pub.matched() == 0
+        assert not [r for r in caplog.records if "disconnected" in r.getMessage()]
