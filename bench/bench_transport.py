@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from robot_rl.transport import (
+    BackpressureTimeout,
     TopicQos,
     TransitionReceiver,
     TransitionSender,
@@ -96,7 +97,12 @@ def child(role: str, domain: int, arg: int) -> None:
                    else tr.publisher(ROS_TOPIC, BATCH_T, ROS_QOS))  # fmt: skip
             wait_until(lambda: pub.matched() >= 1)
             for _ in range(arg // batch):
-                pub.publish_raw(raw)
+                while True:
+                    try:
+                        pub.publish_raw(raw)
+                        break
+                    except BackpressureTimeout:  # a ROS topic's keep-all history is full: the reader is behind
+                        time.sleep(0.001)
             pub.wait_drained(60) if bulk else time.sleep(5.0)  # the receiver counts; it may still be taking
         elif role == "joints":  # robot state as our sim robot publishes it: rosbags CDR through rclpy
             from robot_rl.real import msgs

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.transport import typesys
-from robot_rl.transport.base import ROS_DEFAULT_QOS, Publisher, Subscription, TopicQos, Transport, TransportConfig
+from robot_rl.transport.base import (
+    ROS_DEFAULT_QOS,
+    BackpressureTimeout,
+    Publisher,
+    Subscription,
+    TopicQos,
+    Transport,
+    TransportConfig,
+)
 
 log = logging.getLogger("robot_rl.transport")
 
@@ -90,7 +98,12 @@ class RclpyPublisher(Publisher):
         self.pub = pub
 
     def publish_raw(self, data: bytes) -> None:
-        self.pub.publish(bytes(data))
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+        try:
+            self.pub.publish(bytes(data))
+        except _rclpy.RCLError as e:  # a reliable keep-all writer whose readers did not drain within Fast DDS's 100 ms
+            raise BackpressureTimeout(f"{self.topic}: {e}") from e
 
     def matched(self) -> int:
         return self.pub.get_subscription_count()
