@@ -91,6 +91,10 @@ class StoreNotFoundError(UserError, FileNotFoundError):
     """No episode store at the given path."""
 
 
+class EpisodeIndexError(UserError, IndexError):
+    """An episode number past the store's committed episodes."""
+
+
 class StoreExistsError(UserError, FileExistsError):
     """A tool that writes a new store was pointed at a path that already exists."""
 
@@ -624,7 +628,7 @@ class EpisodeStore:
     def _index(self, i: int) -> int:
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"episode {i} out of range for {n} committed episode(s)")
+            raise EpisodeIndexError(f"{self.path}: episode {i} out of range for {n} committed episode(s)")
         return i % n
 
     def _bounds(self, i: int) -> tuple[int, int]:

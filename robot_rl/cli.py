@@ -315,6 +315,10 @@ USAGE = (
 )
 
 
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
+    raise UserError(f"{message} (see {parser.prog} --help)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one command. A `UserError` becomes one line on stderr and exit code 2 (a traceback with --debug);
     Ctrl-C that a command does not handle itself ends with exit code 130, also without a traceback."""
@@ -324,18 +328,22 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(USAGE, file=sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
+    # Every tool's argparse mistakes become one line too (some parsers live in modules this file does not own).
+    argparse_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _one_line_error
     try:
         return COMMANDS[argv[0]](argv[1:])
     except UserError as e:
         if debug:
             raise
-        print(f"robot-rl {argv[0]}: {e.one_line()}", file=sys.stderr)
+        print(f"robot-rl {argv[0]}: error: {e.one_line()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if debug:
             raise
         print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        argparse.ArgumentParser.error = argparse_error
 
 
 if __name__ == "__main__":

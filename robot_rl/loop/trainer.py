@@ -84,10 +84,37 @@ def check_run_dir(cfg: TrainConfig) -> None:
         )
 
 
+def check_demo_store(cfg: TrainConfig) -> None:
+    """`demos.path` recorded for another task or observation layout fails here, naming both sides, before any work
+    (it used to fail minutes later inside the encoder with a tensor size mismatch)."""
+    if not cfg.demos.path or cfg.algo == "dsrl":  # DSRL acts in noise space and reads no demos
+        return
+    where = f"demos.path={cfg.demos.path}"
+    with EpisodeStore(cfg.demos.path, "r") as st:
+        if not len(st):
+            raise UserError(f"{where}: the store holds no episodes")
+        tasks = sorted({str(t) for i in range(len(st)) if (t := st.meta(i).get("task"))})
+        stored = {k: st.read(k, 0, 0).shape[1:] for k in st.keys}
+    if tasks and tasks != [cfg.env.task]:
+        raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
+                        "pick the matching task= or store")  # fmt: skip
+    env = make_env(cfg.env)
+    try:
+        wanted = {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}
+    finally:
+        env.close()
+    for k, shape in wanted.items():
+        if stored.get(k) != shape:
+            have = f"stores {k} as {stored[k]}" if k in stored else f"has no {k!r} (it stores {', '.join(stored)})"
+            raise UserError(f"{where} {have}, but {cfg.env.task} with obs={cfg.env.obs} image_size="
+                            f"{cfg.env.image_size} observes {k} as {shape}")  # fmt: skip
+
+
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
     """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
     config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
     check_run_dir(cfg)
+    check_demo_store(cfg)
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
