@@ -32,7 +32,7 @@ class Terminal:
                 try:
                     self.text += os.read(self.fd, 4096).decode(errors="replace")
                 except OSError:  # the child closed the terminal
-                    assert False, f"exited before {pattern!r}:\n{self.text[-3000:]}"
+                    raise AssertionError(f"exited before {pattern!r}:\n{self.text[-3000:]}") from None
         self.seen += m.end()
         return m.group(0)
 
