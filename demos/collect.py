@@ -391,9 +391,9 @@ def main(argv: list[str]) -> int:
     if (ns.store / "commit.json").exists() and not ns.resume:
         raise UserError(f"{ns.store} already exists; pass --resume to add to it")
     with contextlib.ExitStack() as session:
-        operator = session.enter_context(Operator()) if human else None
-        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)
+        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)  # a missing device fails first
         session.callback(device.close)
+        operator = session.enter_context(Operator()) if human else None
         if ns.device == "keyboard":
             from robot_rl.demos.teleop.keyboard import key_help
 

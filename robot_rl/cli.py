@@ -275,6 +275,7 @@ TOOLS = {
     "plot": "robot_rl.demos.report",
     "convert": "robot_rl.demos.interop.cli",
     "deploy": "robot_rl.real.deploy",
+    "estop": "robot_rl.real.estop",
     "sim-robot": "robot_rl.real.sim_robot",
     "vla-sft": "robot_rl.policies.vla.sft",
 }
