@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +140,14 @@ def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) ->
     if "reward" in ep:
         n = min(len(rewards), len(ep["reward"]))
         out["max_reward_error"] = float(np.abs(np.asarray(rewards[:n]) - ep["reward"][:n]).max())
+    # An operator's success label (the y / n keys) may disagree with the env's verdict on the same trajectory:
+    # that is a labelling difference, not a divergence of the replay.
+    operator_label = meta.get("success_label") == "operator"
+    out["label_differs"] = operator_label and out["success_replayed"] != out["success_stored"]
     out["diverged"] = bool(
         out.get("first_divergent_step") is not None
         or out["steps_replayed"] != len(actions)
-        or out["success_replayed"] != out["success_stored"]
+        or (out["success_replayed"] != out["success_stored"] and not operator_label)
     )
     return out
 
@@ -150,12 +155,12 @@ def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) ->
 def main(argv: list[str]) -> int:
     """`robot-rl replay STORE --episode i --out x.mp4 [--reexecute]`."""
     p = argparse.ArgumentParser(prog="robot-rl replay", description="render or re-execute a stored episode")
-    p.add_argument("store", type=Path)
-    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("store", type=Path, help="an episode store")
+    p.add_argument("--episode", type=int, default=0, help="episode index")
     p.add_argument("--out", type=Path, help="video file (.mp4, .webm, .avi)")
-    p.add_argument("--fps", type=float, default=10.0)
+    p.add_argument("--fps", type=float, default=10.0, help="video frame rate")
     p.add_argument("--reexecute", action="store_true", help="re-run the actions in sim and report divergence")
-    p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--tol", type=float, default=1e-4, help="state error above which a step counts as divergent")
     ns = p.parse_args(argv)
     if ns.out is None and not ns.reexecute:
         p.error("give --out and/or --reexecute")
@@ -165,4 +170,7 @@ def main(argv: list[str]) -> int:
     if ns.reexecute:
         result["reexecute"] = reexecute(ns.store, ns.episode, ns.tol)
     print(json.dumps(result, indent=1))
+    if result.get("reexecute", {}).get("label_differs"):
+        print("note: the replay matches, but the operator labelled the episode differently from the env's success "
+              "check", file=sys.stderr)  # fmt: skip
     return 1 if result.get("reexecute", {}).get("diverged") else 0

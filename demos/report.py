@@ -6,6 +6,7 @@ import argparse
 import html
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np  # noqa: E402
 from robot_rl.demos.dataset import info  # noqa: E402
 from robot_rl.demos.replay import camera_keys, compose_frames, write_video  # noqa: E402
 from robot_rl.demos.store import EpisodeStore  # noqa: E402
+from robot_rl.errors import UserError  # noqa: E402
 
 __all__ = ["plot_episode", "plot_training", "plot_dataset", "html_report", "main"]
 
@@ -48,11 +50,19 @@ def plot_episode(ep: dict[str, np.ndarray], out: str | os.PathLike[str], title: 
 
 
 def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
-    """Success rate, mean return and intervention rate vs env steps from a run's summary.json."""
-    summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    evals = summary.get("evals") or []
+    """Success rate, mean return and intervention rate vs env steps from a run's summary.json, or from the
+    evals.jsonl it appends while it runs (an unfinished run is plotted as far as it got). `out` may be a folder."""
+    run_dir = Path(run_dir)
+    summary_path, log = run_dir / "summary.json", run_dir / "evals.jsonl"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    evals = summary.get("evals") or ([json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+                                     if log.is_file() else [])  # fmt: skip
     if not evals:
-        raise ValueError(f"{run_dir}/summary.json has no evals to plot")
+        raise UserError(f"{run_dir}: no evaluations to plot yet (neither summary.json nor evals.jsonl has any)")
+    if not summary:
+        print(f"note: {run_dir} is unfinished: plotting its {len(evals)} evaluation(s) so far", file=sys.stderr)
+    out = Path(out) / "training.png" if Path(out).is_dir() or str(out).endswith(os.sep) else Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     steps = [e["env_steps"] for e in evals]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     axes[0].plot(steps, [e["success_rate"] for e in evals], marker="o")
@@ -60,13 +70,16 @@ def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
     axes[0].set_title("eval success rate")
     axes[1].plot(steps, [e["mean_return"] for e in evals], marker="o", color="tab:green")
     axes[1].set_title("eval mean return")
+    axes[2].set_title("intervention rate")
     if all("intervention_rate" in e for e in evals):
         axes[2].plot(steps, [e["intervention_rate"] for e in evals], marker="o", color="tab:red")
-    else:  # only the run-wide rate is recorded
-        axes[2].axhline(summary.get("intervention_rate", float("nan")), color="tab:red")
-    axes[2].set_ylim(-0.05, 1.05)
-    axes[2].set_title("intervention rate")
-    for ax in axes:
+        axes[2].set_ylim(-0.05, 1.05)
+    else:  # only the run-wide rate is recorded: a number, not a flat line on a made-up axis
+        rate = summary.get("intervention_rate")
+        axes[2].text(0.5, 0.5, f"{rate:.1%} of env steps\n(whole run)" if rate is not None else "not recorded",
+                     ha="center", va="center", fontsize=14, transform=axes[2].transAxes)  # fmt: skip
+        axes[2].set_axis_off()
+    for ax in axes[:2]:
         ax.set_xlabel("env steps")
     fig.suptitle(f"{summary.get('task', '')} {summary.get('obs', '')} seed {summary.get('seed', '')}")
     fig.tight_layout()
@@ -186,8 +199,8 @@ def main(argv: list[str]) -> int:
     s.add_argument("--episode", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("training", help="return / success / intervention rate over training")
-    s.add_argument("run_dir", type=Path)
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("run_dir", type=Path, help="a run dir, finished or still running")
+    s.add_argument("--out", required=True, help="PNG file, or a folder (training.png inside it)")
     s = sub.add_parser("report", help="static HTML report of a dataset")
     s.add_argument("store", type=Path)
     s.add_argument("--out", type=Path, required=True)

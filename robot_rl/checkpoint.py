@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors.torch import load_file, save_file
@@ -150,7 +151,7 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
     try:
         saved = OmegaConf.load(path / "config.yaml")
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
-    except OmegaConfBaseException as e:
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
         raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None
 
 

@@ -102,17 +102,17 @@ def finished_runs(run_dirs: Sequence[Path]) -> list[Path]:
     killed, interrupted and failed-to-start runs too)."""
     from robot_rl.errors import UserError
 
-    finished = []
+    finished, skipped = [], []
     for d in map(Path, run_dirs):
         summary = d / "summary.json"
         status = json.loads(summary.read_text()).get("status", "finished") if summary.is_file() else "unfinished"
-        if status == "finished":
-            finished.append(d)
-        else:
-            print(f"note: skipping {d}: {status} (no final evaluation)", file=sys.stderr)
+        (finished if status == "finished" else skipped).append((d, status))
     if not finished:
-        raise UserError(f"none of the {len(run_dirs)} run dir(s) holds a finished run (summary.json)")
-    return finished
+        why = ", ".join(f"{d}: {status}" for d, status in skipped)
+        raise UserError(f"none of the {len(skipped)} run dir(s) holds a finished run ({why})")
+    for d, status in skipped:
+        print(f"note: skipping {d}: {status} (no final evaluation)", file=sys.stderr)
+    return [d for d, _ in finished]
 
 
 def aggregate_runs(run_dirs: Sequence[Path]) -> dict:
