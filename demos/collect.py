@@ -197,6 +197,8 @@ def run_episode(
         "intervened_steps": n_interv,
         "policy_version": policy_version if policy is not None else None,
         "cameras": cams,
+        # Field name -> [start, stop) of obs["state"], so plots and tools can name state columns.
+        "state_layout": {k: [s.start, s.stop] for k, s in getattr(env.unwrapped, "state_layout", {}).items()},
         "wall_time": time.time(),
     }
     return Episode(data, dict(obs), meta, verdict)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +63,26 @@ def _overlay(frame: np.ndarray, ep: dict[str, np.ndarray], t: int, T: int, y0: i
         cv2.rectangle(frame, (0, 0), (frame.shape[1] - 1, y0 - 1), red, 2)
 
 
+def h264_available() -> bool:
+    """PyAV's wheels ship libx264; opencv's do not (its mp4 writer only has mp4v, which browsers do not play)."""
+    try:
+        import av
+    except ImportError:
+        return False
+    return "libx264" in av.codecs_available
+
+
 def write_video(frames: np.ndarray, out: str | os.PathLike[str], fps: float = 10.0) -> None:
-    """RGB frames -> video; codec by suffix (.mp4: mp4v, .webm: VP8 for browsers, .avi: MJPG)."""
+    """RGB frames -> video; codec by suffix (.mp4: H.264 where PyAV is installed, which every browser plays, else
+    mp4v; .webm: VP8; .avi: MJPG)."""
     out = Path(out)
     fourcc = _FOURCC.get(out.suffix.lower())
     if fourcc is None:
         raise ValueError(f"unsupported video suffix {out.suffix!r}; use one of {sorted(_FOURCC)}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    if fourcc == "mp4v" and h264_available():
+        _write_h264(frames, out, fps)
+        return
     T, H, W = frames.shape[:3]
     writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*fourcc), fps, (W, H))
     if not writer.isOpened():
@@ -78,6 +92,20 @@ def write_video(frames: np.ndarray, out: str | os.PathLike[str], fps: float = 10
             writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
+
+
+def _write_h264(frames: np.ndarray, out: Path, fps: float) -> None:
+    import av
+
+    # faststart puts the index first so a browser starts playing before the whole file has loaded.
+    with av.open(str(out), "w", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
+        stream.height, stream.width = frames.shape[1:3]
+        stream.pix_fmt = "yuv420p"  # the profile browsers decode
+        stream.options = {"crf": "20"}
+        for f in frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
+        container.mux(stream.encode())
 
 
 def render_episode(
