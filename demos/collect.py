@@ -10,8 +10,10 @@ from typing import Any, TextIO
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.demos.operator import Operator
 from robot_rl.demos.store import EpisodeStore
-from robot_rl.demos.teleop import TeleopDevice, to_action
+from robot_rl.demos.teleop import DeviceCommand, TeleopDevice, to_action
+from robot_rl.errors import UserError
 from robot_rl.types import Transition
 
 
@@ -86,9 +88,14 @@ def make_collect_env(cfg: CollectConfig) -> gym.Env:
     return ENV_BACKENDS[cfg.backend](cfg)
 
 
+HUMAN_EPISODE_S = 60.0  # a person needs far longer than a scripted expert: the episode limit for human devices
+# Episode buttons that act in `collect` (no policy runs, so there is nothing to intervene on).
+COLLECT_BUTTONS = ("gripper", "success", "failure", "rerecord")
+
+
 @dataclass
 class Episode:
-    """One recorded episode and the operator's verdict: "keep" or "rerecord" (same seed again)."""
+    """One recorded episode and its verdict: "keep", "rerecord" (same seed again) or "interrupted" (Ctrl-C)."""
 
     data: dict[str, np.ndarray]
     final: dict[str, np.ndarray]
@@ -114,11 +121,13 @@ def run_episode(
     policy: Policy | None = None,
     policy_version: str | None = None,
     hz: float = 0.0,
+    operator: Operator | None = None,
 ) -> Episode:
     """One episode driven by `device` (or by `policy`, with the device's intervene toggle taking over).
 
     Episode buttons end it early: "success"/"failure" label it (overriding the env's success flag),
-    "rerecord" marks it for the same seed again.
+    "rerecord" marks it for the same seed again. With an `operator`, each step updates the live readout and
+    Ctrl-C ends the episode with verdict "interrupted".
     """
     device.reset()
     action_dim = int(env.action_space.shape[0])
@@ -156,6 +165,10 @@ def run_episode(
         obs = next_obs
         cam_ts = _camera_times(info, cams, time.monotonic() - t0)
         done = terminated or truncated
+        if operator is not None:
+            operator.readout(readout_line(env, len(steps["action"]), obs, cmd, success))
+            if operator.stop_requested:
+                done, verdict = True, "interrupted"
         for event in ("rerecord", "failure", "success"):
             if event in cmd.events:
                 done, label = True, event
@@ -184,9 +197,26 @@ def run_episode(
         "intervened_steps": n_interv,
         "policy_version": policy_version if policy is not None else None,
         "cameras": cams,
+        # Field name -> [start, stop) of obs["state"], so plots and tools can name state columns.
+        "state_layout": {k: [s.start, s.stop] for k, s in getattr(env.unwrapped, "state_layout", {}).items()},
         "wall_time": time.time(),
     }
     return Episode(data, dict(obs), meta, verdict)
+
+
+def readout_line(env: gym.Env, step: int, obs: dict[str, np.ndarray], cmd: DeviceCommand, success: bool) -> str:
+    """What a person driving needs at a glance: step of limit, TCP position, gripper, success so far."""
+    limit = getattr(env.spec, "max_episode_steps", None) or getattr(env.unwrapped, "max_episode_steps", "?")
+    parts = [f"step {step:>4}/{limit}"]
+    layout = getattr(env.unwrapped, "state_layout", {})
+    if "tcp_pos" in layout:
+        x, y, z = obs["state"][layout["tcp_pos"]]
+        parts.append(f"tcp {x:+.3f} {y:+.3f} {z:+.3f} m")
+    if "gripper_opening" in layout:
+        parts.append(f"gripper {float(obs['state'][layout['gripper_opening']][0]):.2f} open")
+    parts.append("cmd close" if cmd.gripper > 0 else "cmd open")
+    parts.append("SUCCESS" if success else "")
+    return "  ".join(parts)
 
 
 def _camera_times(info: dict[str, Any], cams: list[str], default: float) -> dict[str, float]:
@@ -224,11 +254,14 @@ def collect_to_store(
     policy: Policy | None = None,
     policy_version: str | None = None,
     progress: TextIO | None = None,
+    operator: Operator | None = None,
 ) -> CollectStats:
     """Fill `store` up to `n_episodes` episodes (episodes already there count: this is how resume works).
 
     Seeds continue after the largest seed already stored, so a resumed run never repeats an episode.
-    Each kept episode is committed on its own, so a crash loses at most the episode in flight.
+    Each kept episode is committed on its own, so a crash loses at most the episode in flight. With an
+    `operator` (a person at the terminal) each episode waits at a start gate and ends with the person's keep /
+    discard / re-record verdict; Ctrl-C stops the episode in flight, asks whether to keep it, and ends the session.
     """
     own_env = env is None
     env = make_collect_env(cfg) if env is None else env
@@ -240,8 +273,12 @@ def collect_to_store(
     start = time.monotonic()
     try:
         while stats.kept < n_episodes:
-            if stats.attempts >= budget:
+            if operator is None and stats.attempts >= budget:
                 raise RuntimeError(f"only {stats.kept}/{n_episodes} episodes kept after {stats.attempts} attempts")
+            if operator is not None:
+                gate = f"episode {stats.kept + 1}/{n_episodes} (seed {seed}): [enter] start  [q] quit"
+                if operator.ask(gate, {"enter": "start", " ": "start", "q": "quit"}) == "quit":
+                    break
             ep = run_episode(
                 env,
                 device,
@@ -251,15 +288,21 @@ def collect_to_store(
                 policy=policy,
                 policy_version=policy_version,
                 hz=cfg.hz,
+                operator=operator,
             )
             stats.attempts += 1
             stats.steps += ep.meta["length"]
+            last = ep.verdict == "interrupted"
+            if operator is not None and ep.verdict != "rerecord":
+                ep.verdict = _ask_verdict(operator, ep)
             if ep.verdict == "rerecord":
                 stats.discarded += 1
                 continue  # same seed again
             seed += 1
-            if cfg.success_only and not ep.meta["success"]:
+            if ep.verdict in ("discard", "quit") or (cfg.success_only and not ep.meta["success"]):
                 stats.discarded += 1
+                if last or ep.verdict == "quit":
+                    break
                 continue
             t = time.monotonic()
             store.add_episode(ep.data, meta=ep.meta, final=ep.final)
@@ -271,6 +314,8 @@ def collect_to_store(
             if progress is not None:
                 progress.write("\r" + stats.line(n_episodes))
                 progress.flush()
+            if last:
+                break
     finally:
         stats.elapsed_s = time.monotonic() - start
         if progress is not None:
@@ -280,53 +325,83 @@ def collect_to_store(
     return stats
 
 
+def _ask_verdict(operator: Operator, ep: Episode) -> str:
+    """keep | discard | rerecord | quit, from the person; after Ctrl-C only keep or discard (then the session ends)."""
+    what = f"{ep.meta['length']} steps, {'success' if ep.meta['success'] else 'no success'}"
+    if ep.verdict == "interrupted":
+        ep.meta["interrupted"] = True
+        return operator.ask(f"stopped at ({what}): [k] keep  [d] discard", {"k": "keep", "d": "discard"})
+    keys = {"k": "keep", "d": "discard", "r": "rerecord"}
+    return operator.ask(f"episode done ({what}): [k] keep  [d] discard  [r] re-record (same seed)", keys)
+
+
 def main(argv: list[str]) -> int:
     """`robot-rl collect`: device-driven episodes into a store, resumable after a crash or Ctrl-C."""
     import argparse
+    import contextlib
     import sys
     from pathlib import Path
 
+    from robot_rl.configs import task_names
     from robot_rl.demos.teleop import DEVICES, make_device
 
+    tasks = task_names()
     p = argparse.ArgumentParser(prog="robot-rl collect", description=main.__doc__)
-    p.add_argument("store", type=Path)
-    p.add_argument("--task", default="PickCube")
+    p.add_argument("store", type=Path, help="the episode store to create (or extend with --resume)")
+    p.add_argument("--task", default="pick_cube", choices=tasks, help="the same names as `robot-rl train task=`")
     p.add_argument("--episodes", "-n", type=int, required=True, help="target number of episodes in the store")
-    p.add_argument("--device", choices=DEVICES, default="scripted")
-    p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS))
-    p.add_argument("--obs", default="both", choices=("state", "pixels", "both"))
-    p.add_argument("--cameras", default="front,wrist")
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--max-steps", type=int, default=0, help="episode step limit (0: task default)")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="scripted",
+        help="who drives: the scripted expert, or a person (spacemouse, gamepad: pip install -e '.[teleop]')",
+    )
+    p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS), help="where episodes run")
+    p.add_argument("--obs", default="both", choices=("state", "pixels", "both"), help="what is recorded")
+    p.add_argument("--cameras", default="front,wrist", help="comma-separated camera names")
+    p.add_argument("--image-size", type=int, default=64, help="camera frame height and width in pixels")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help=f"episode step limit (0: {HUMAN_EPISODE_S:.0f} s for a person, the task default for scripted)",
+    )
     p.add_argument("--instruction", default="", help="language instruction (default: per task)")
     p.add_argument("--success-only", action="store_true", help="discard episodes that did not succeed")
     p.add_argument("--resume", action="store_true", help="append to an existing store")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then one more per episode)")
     p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
     p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
     ns = p.parse_args(argv)
+    human = ns.device != "scripted"
+    hz = ns.hz if ns.hz is not None else (10.0 if human else 0.0)
+    if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1:
+        raise UserError("--episodes and --image-size must be >= 1, --hz and --max-steps >= 0")
     cfg = CollectConfig(
-        task=ns.task,
+        task=tasks[ns.task],
         backend=ns.backend,
         obs=ns.obs,
         cameras=tuple(c for c in ns.cameras.split(",") if c),
         image_size=ns.image_size,
-        max_episode_steps=ns.max_steps,
+        max_episode_steps=ns.max_steps or (round(HUMAN_EPISODE_S * (hz or 10.0)) if human else 0),
         instruction=ns.instruction,
         success_only=ns.success_only,
         seed=ns.seed,
-        hz=ns.hz if ns.hz is not None else (0.0 if ns.device == "scripted" else 10.0),
+        hz=hz,
     )
     if (ns.store / "commit.json").exists() and not ns.resume:
-        print(f"{ns.store} already exists; pass --resume to add to it", file=sys.stderr)
-        return 2
-    device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)
-    try:
-        with EpisodeStore(ns.store, "a", fsync=not ns.no_fsync) as store:
-            stats = collect_to_store(cfg, device, store, ns.episodes, progress=sys.stderr)
-    finally:
-        device.close()
+        raise UserError(f"{ns.store} already exists; pass --resume to add to it")
+    with contextlib.ExitStack() as session:
+        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)  # a missing device fails first
+        session.callback(device.close)
+        operator = session.enter_context(Operator()) if human else None
+        if ns.device == "keyboard":
+            from robot_rl.demos.teleop.keyboard import key_help
+
+            print(key_help(COLLECT_BUTTONS) + "  Ctrl-C stop", file=sys.stderr)
+        store = session.enter_context(EpisodeStore(ns.store, "a", fsync=not ns.no_fsync))
+        stats = collect_to_store(cfg, device, store, ns.episodes, progress=sys.stderr, operator=operator)
     mb = stats.bytes_written / 1e6
     print(
         f"collected {stats.kept} episodes in {ns.store} ({stats.steps} steps, {mb:.1f} MB raw, "

@@ -1,7 +1,9 @@
 """Dataset tools over episode stores: info, validate (+repair), merge, split, filter.
 
 Every tool that writes goes through EpisodeStore.add_episode, so outputs carry the same commit record
-and CRCs as collected stores and are crash-safe in the same way.
+and CRCs as collected stores and are crash-safe in the same way. Tools that write a new store check every
+input first and write it under a temporary name (`staged_store`), so a failure leaves no partial output;
+repair rebuilds a store from exactly its readable episodes and keeps the original as a backup.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.demos.store import SOURCES, EpisodeStore
+from robot_rl.demos.store import SOURCES, EpisodeStore, StoreCorruptError, staged_path, staged_store
+from robot_rl.errors import UserError
 
-__all__ = ["key_specs", "info", "validate", "merge", "split", "filter_store", "copy_episodes", "main"]
+__all__ = ["key_specs", "info", "validate", "repair_store", "merge", "split", "filter_store", "copy_episodes", "main"]
 
 # Per-step keys the RL side relies on, with the dtype kind each must have.
 _REQUIRED = {"action": "f", "reward": "f", "terminated": "b", "truncated": "b", "intervened": "b"}
@@ -35,8 +39,10 @@ def key_specs(st: EpisodeStore) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
 
 
 def info(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Keys, shapes, episode count and lengths, success rate, disk size and compression ratio."""
+    """Keys, shapes, episode count and lengths, success rate, disk size and compression ratio, and whether every
+    committed row decodes (a damaged store must not look normal)."""
     with EpisodeStore(path, "r") as st:
+        integrity = st.validate()
         n = len(st)
         ends = st.episode_ends
         lengths = np.diff(np.concatenate([[0], ends])) if n else np.zeros(0, np.int64)
@@ -62,6 +68,8 @@ def info(path: str | os.PathLike[str]) -> dict[str, Any]:
         "disk_bytes": size,
         "raw_bytes": int(raw),
         "compression_ratio": raw / size if size else float("nan"),
+        "ok": integrity["ok"],
+        "problems": integrity["problems"],
     }
 
 
@@ -92,37 +100,105 @@ def _semantic_problems(st: EpisodeStore) -> list[str]:
 
 
 def validate(path: str | os.PathLike[str], repair: bool = False) -> dict[str, Any]:
-    """Store invariants (commit record, chunks, CRCs of every row) plus semantic checks; optionally repair."""
-    if repair:
-        with EpisodeStore(path, "a", strict=False) as st:
-            fixed = st.repair()
+    """Store invariants (commit record, chunks, CRCs of every row) plus semantic checks; optionally repair first."""
+    fixed = repair_store(path) if repair else None
     with EpisodeStore(path, "r", strict=False) as st:
         report = st.validate()
         if report["ok"]:
             report["problems"] = _semantic_problems(st)
             report["ok"] = not report["problems"]
-    if repair:
+    if fixed is not None:
         report["repair"] = fixed
     return report
 
 
-def copy_episodes(
-    sources: Sequence[tuple[EpisodeStore, int]], out: str | os.PathLike[str], extra_meta: dict[str, Any] | None = None
-) -> int:
-    """Write the given (store, episode) pairs into a new store at `out`; returns the count."""
-    if Path(out, "commit.json").exists():
-        raise FileExistsError(f"{out} already exists; refusing to overwrite")
-    with EpisodeStore(out, "a") as dst:
+def unreadable(st: EpisodeStore) -> dict[int, list[str]]:
+    """Episode -> the arrays of it that fail to decode or their CRC, each with why; intact episodes are absent."""
+    damaged: dict[int, list[str]] = {}
+    for i in range(len(st)):
+        for k in st.keys:
+            try:
+                st.episode(i, [k])
+            except StoreCorruptError as e:
+                damaged.setdefault(i, []).append(f"data/{k} {_why(e)}")
+        try:
+            st.final(i)  # all final keys at once: they are one row each
+        except StoreCorruptError as e:
+            damaged.setdefault(i, []).append(f"final {_why(e)}")
+    return damaged
+
+
+def _why(e: StoreCorruptError) -> str:
+    return str(e).split(": ", 1)[-1]
+
+
+def repair_store(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Rebuild the store from exactly its readable episodes; the original stays, untouched, at `<path>.bak`.
+
+    Only episodes with an unreadable array are dropped (not the whole tail after the first damage), and the
+    report names each with the arrays at fault. A repair that would keep nothing is refused: the store stays as
+    it is."""
+    path = Path(path)
+    with EpisodeStore(path, "r", strict=False) as st:
+        damaged = unreadable(st)
+        n = len(st)
+        if not damaged and st.validate()["ok"]:
+            return {"kept": n, "dropped": {}, "backup": None}
+        keep = [i for i in range(n) if i not in damaged]
+        if n and not keep:
+            first = next(iter(damaged.values()))
+            raise UserError(f"{path}: every one of its {n} episodes has an unreadable array (e.g. {first[0]}); "
+                            "repair would keep nothing, so the store was left as it is")  # fmt: skip
+        backup = path.with_name(path.name + ".bak")
+        k = 1
+        while backup.exists():
+            k += 1
+            backup = path.with_name(f"{path.name}.bak{k}")
+        rebuilt = path.with_name(f".{path.name}.repaired")
+        shutil.rmtree(rebuilt, ignore_errors=True)
+        copy_episodes([(st, i) for i in keep], rebuilt, origin=False)
+    os.rename(path, backup)
+    os.rename(rebuilt, path)
+    dropped = {str(i): why for i, why in damaged.items()}
+    if dropped:
+        print(f"repair dropped episode(s) {', '.join(dropped)} of {n}; the original store is at {backup}",
+              file=sys.stderr)  # fmt: skip
+    return {"kept": len(keep), "dropped": dropped, "backup": str(backup)}
+
+
+def check_compatible(stores: Sequence[EpisodeStore]) -> None:
+    """Stores written into one output must share every key's dtype and row shape; checked before any write."""
+    filled = [st for st in stores if len(st)]
+    for st in filled[1:]:
+        first, want, specs = filled[0], key_specs(filled[0]), key_specs(st)
+        if specs != want:
+            only_a, only_b = sorted(set(want) - set(specs)), sorted(set(specs) - set(want))
+            differ = sorted(k for k in set(specs) & set(want) if specs[k] != want[k])
+            raise UserError(
+                f"{first.path} and {st.path} do not fit together: keys only in the first {only_a}, only in the "
+                f"second {only_b}, different dtype/shape {differ}"
+            )
+
+
+def copy_episodes(sources: Sequence[tuple[EpisodeStore, int]], out: str | os.PathLike[str], origin: bool = True) -> int:
+    """Write the given (store, episode) pairs into a new store at `out`, whole or not at all; returns the count.
+    `origin` records where each episode came from in its meta."""
+    check_compatible(list({id(st): st for st, _ in sources}.values()))
+    with staged_store(out) as dst:
         for st, i in sources:
-            meta = {**st.meta(i), **(extra_meta or {}), "origin": {"store": str(st.path), "episode": i}}
+            meta = {**st.meta(i), "origin": {"store": str(st.path), "episode": i}} if origin else st.meta(i)
             dst.add_episode(st.episode(i), meta=meta, final=st.final(i))
         return len(dst)
 
 
 def merge(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:
-    """Concatenate stores with identical key specs (checked per episode by the writer)."""
-    stores = [EpisodeStore(p, "r") for p in inputs]
+    """Concatenate stores with identical key specs; every input is opened and checked before anything is
+    written."""
+    stores: list[EpisodeStore] = []
     try:
+        for p in inputs:
+            stores.append(EpisodeStore(p, "r"))
+        check_compatible(stores)
         return copy_episodes([(st, i) for st in stores for i in range(len(st))], out)
     finally:
         for st in stores:
@@ -133,11 +209,11 @@ def split(
     path: str | os.PathLike[str], out_dir: str | os.PathLike[str], val_fraction: float = 0.1, seed: int = 0
 ) -> dict[str, int]:
     """Random split by episode into out_dir/train and out_dir/val (never splits an episode)."""
-    with EpisodeStore(path, "r") as st:
+    with EpisodeStore(path, "r") as st, staged_path(out_dir) as tmp:
         val, train = split_episodes(len(st), val_fraction, seed)
         return {
-            "train": copy_episodes([(st, int(i)) for i in train], Path(out_dir) / "train"),
-            "val": copy_episodes([(st, int(i)) for i in val], Path(out_dir) / "val"),
+            "train": copy_episodes([(st, int(i)) for i in train], tmp / "train"),
+            "val": copy_episodes([(st, int(i)) for i in val], tmp / "val"),
         }
 
 
@@ -184,30 +260,34 @@ def main(argv: list[str]) -> int:
     """`robot-rl dataset info|validate|merge|split|filter`."""
     p = argparse.ArgumentParser(prog="robot-rl dataset", description="episode store tools")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("info", help="shapes, counts, lengths, success rate, disk size")
-    s.add_argument("store", type=Path)
+    s = sub.add_parser("info", help="shapes, counts, lengths, success rate, disk size; exit 1 if damaged")
+    s.add_argument("store", type=Path, help="an episode store")
     s = sub.add_parser("validate", help="check every invariant; exit 1 on problems")
-    s.add_argument("store", type=Path)
-    s.add_argument("--repair", action="store_true", help="drop damaged / torn episodes (keeps the intact prefix)")
-    s = sub.add_parser("merge", help="concatenate stores")
-    s.add_argument("inputs", type=Path, nargs="+")
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("store", type=Path, help="an episode store")
+    s.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild from the readable episodes only (the report names each dropped one); original kept as .bak",
+    )
+    s = sub.add_parser("merge", help="concatenate stores (all checked first; no output on failure)")
+    s.add_argument("inputs", type=Path, nargs="+", help="stores with the same keys, dtypes and shapes")
+    s.add_argument("--out", type=Path, required=True, help="the new store (must not exist)")
     s = sub.add_parser("split", help="train/val split by episode")
-    s.add_argument("store", type=Path)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--val", type=float, default=0.1)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("store", type=Path, help="an episode store")
+    s.add_argument("--out", type=Path, required=True, help="new folder for the train/ and val/ stores")
+    s.add_argument("--val", type=float, default=0.1, help="fraction of episodes for validation")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random split")
     s = sub.add_parser("filter", help="copy matching episodes")
-    s.add_argument("store", type=Path)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--success", choices=("true", "false"))
-    s.add_argument("--source", choices=sorted(SOURCES))
-    s.add_argument("--task")
-    s.add_argument("--min-length", type=int, default=0)
-    s.add_argument("--max-length", type=int)
+    s.add_argument("store", type=Path, help="an episode store")
+    s.add_argument("--out", type=Path, required=True, help="the new store (must not exist)")
+    s.add_argument("--success", choices=("true", "false"), help="keep only successful / failed episodes")
+    s.add_argument("--source", choices=sorted(SOURCES), help="keep only episodes of this source")
+    s.add_argument("--task", help="keep only episodes of this task")
+    s.add_argument("--min-length", type=int, default=0, help="keep episodes at least this many steps long")
+    s.add_argument("--max-length", type=int, help="keep episodes at most this many steps long")
     ns = p.parse_args(argv)
     commands: dict[str, Callable[[], int]] = {
-        "info": lambda: _print(info(ns.store)) or 0,
+        "info": lambda: _report_info(info(ns.store)),
         "validate": lambda: _report_validation(validate(ns.store, repair=ns.repair)),
         "merge": lambda: _print({"episodes": merge(ns.inputs, ns.out)}) or 0,
         "split": lambda: _print(split(ns.store, ns.out, ns.val, ns.seed)) or 0,
@@ -229,6 +309,14 @@ def main(argv: list[str]) -> int:
         ),
     }
     return commands[ns.cmd]()
+
+
+def _report_info(report: dict[str, Any]) -> int:
+    _print(report)
+    if not report["ok"]:
+        print(f"DAMAGED: {report['problems'][0]} (`robot-rl dataset validate {report['path']} --repair`)",
+              file=sys.stderr)  # fmt: skip
+    return 0 if report["ok"] else 1
 
 
 def _report_validation(report: dict[str, Any]) -> int:

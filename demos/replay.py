@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +63,26 @@ def _overlay(frame: np.ndarray, ep: dict[str, np.ndarray], t: int, T: int, y0: i
         cv2.rectangle(frame, (0, 0), (frame.shape[1] - 1, y0 - 1), red, 2)
 
 
+def h264_available() -> bool:
+    """PyAV's wheels ship libx264; opencv's do not (its mp4 writer only has mp4v, which browsers do not play)."""
+    try:
+        import av
+    except ImportError:
+        return False
+    return "libx264" in av.codecs_available
+
+
 def write_video(frames: np.ndarray, out: str | os.PathLike[str], fps: float = 10.0) -> None:
-    """RGB frames -> video; codec by suffix (.mp4: mp4v, .webm: VP8 for browsers, .avi: MJPG)."""
+    """RGB frames -> video; codec by suffix (.mp4: H.264 where PyAV is installed, which every browser plays, else
+    mp4v; .webm: VP8; .avi: MJPG)."""
     out = Path(out)
     fourcc = _FOURCC.get(out.suffix.lower())
     if fourcc is None:
         raise ValueError(f"unsupported video suffix {out.suffix!r}; use one of {sorted(_FOURCC)}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    if fourcc == "mp4v" and h264_available():
+        _write_h264(frames, out, fps)
+        return
     T, H, W = frames.shape[:3]
     writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*fourcc), fps, (W, H))
     if not writer.isOpened():
@@ -77,6 +92,20 @@ def write_video(frames: np.ndarray, out: str | os.PathLike[str], fps: float = 10
             writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
+
+
+def _write_h264(frames: np.ndarray, out: Path, fps: float) -> None:
+    import av
+
+    # faststart puts the index first so a browser starts playing before the whole file has loaded.
+    with av.open(str(out), "w", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
+        stream.height, stream.width = frames.shape[1:3]
+        stream.pix_fmt = "yuv420p"  # the profile browsers decode
+        stream.options = {"crf": "20"}
+        for f in frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
+        container.mux(stream.encode())
 
 
 def render_episode(
@@ -139,10 +168,14 @@ def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) ->
     if "reward" in ep:
         n = min(len(rewards), len(ep["reward"]))
         out["max_reward_error"] = float(np.abs(np.asarray(rewards[:n]) - ep["reward"][:n]).max())
+    # An operator's success label (the y / n keys) may disagree with the env's verdict on the same trajectory:
+    # that is a labelling difference, not a divergence of the replay.
+    operator_label = meta.get("success_label") == "operator"
+    out["label_differs"] = operator_label and out["success_replayed"] != out["success_stored"]
     out["diverged"] = bool(
         out.get("first_divergent_step") is not None
         or out["steps_replayed"] != len(actions)
-        or out["success_replayed"] != out["success_stored"]
+        or (out["success_replayed"] != out["success_stored"] and not operator_label)
     )
     return out
 
@@ -150,12 +183,12 @@ def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) ->
 def main(argv: list[str]) -> int:
     """`robot-rl replay STORE --episode i --out x.mp4 [--reexecute]`."""
     p = argparse.ArgumentParser(prog="robot-rl replay", description="render or re-execute a stored episode")
-    p.add_argument("store", type=Path)
-    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("store", type=Path, help="an episode store")
+    p.add_argument("--episode", type=int, default=0, help="episode index")
     p.add_argument("--out", type=Path, help="video file (.mp4, .webm, .avi)")
-    p.add_argument("--fps", type=float, default=10.0)
+    p.add_argument("--fps", type=float, default=10.0, help="video frame rate")
     p.add_argument("--reexecute", action="store_true", help="re-run the actions in sim and report divergence")
-    p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--tol", type=float, default=1e-4, help="state error above which a step counts as divergent")
     ns = p.parse_args(argv)
     if ns.out is None and not ns.reexecute:
         p.error("give --out and/or --reexecute")
@@ -165,4 +198,7 @@ def main(argv: list[str]) -> int:
     if ns.reexecute:
         result["reexecute"] = reexecute(ns.store, ns.episode, ns.tol)
     print(json.dumps(result, indent=1))
+    if result.get("reexecute", {}).get("label_differs"):
+        print("note: the replay matches, but the operator labelled the episode differently from the env's success "
+              "check", file=sys.stderr)  # fmt: skip
     return 1 if result.get("reexecute", {}).get("diverged") else 0

@@ -6,6 +6,7 @@ import argparse
 import html
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 import numpy as np  # noqa: E402
 
 from robot_rl.demos.dataset import info  # noqa: E402
-from robot_rl.demos.replay import camera_keys, compose_frames, write_video  # noqa: E402
+from robot_rl.demos.replay import camera_keys, compose_frames, h264_available, write_video  # noqa: E402
 from robot_rl.demos.store import EpisodeStore  # noqa: E402
+from robot_rl.errors import UserError  # noqa: E402
 
 __all__ = ["plot_episode", "plot_training", "plot_dataset", "html_report", "main"]
 
@@ -27,14 +29,30 @@ def _shade(ax: Any, flags: np.ndarray) -> None:
         ax.axvspan(t - 0.5, t + 0.5, color="tab:red", alpha=0.12, lw=0)
 
 
-def plot_episode(ep: dict[str, np.ndarray], out: str | os.PathLike[str], title: str = "") -> Path:
-    """Action and proprio/state traces over time; intervened steps shaded red."""
+def column_names(key: str, width: int, layout: dict[str, list[int]] | None = None) -> list[str]:
+    """Names of a per-step array's columns: state fields from the episode's `state_layout` meta (tcp_pos.x,
+    gripper_opening, ...), the action convention, else key[i]."""
+    if key == "state" and layout:
+        names = [f"state[{j}]" for j in range(width)]
+        for field, (lo, hi) in layout.items():
+            for j in range(lo, min(hi, width)):
+                names[j] = field + (f".{'xyz'[j - lo]}" if hi - lo == 3 else f"[{j - lo}]" if hi - lo > 1 else "")
+        return names
+    if key == "action" and width in (4, 5):
+        return ["dx", "dy", "dz", *(["dyaw"] if width == 5 else []), "gripper"]
+    return [f"{key}[{j}]" for j in range(width)]
+
+
+def plot_episode(
+    ep: dict[str, np.ndarray], out: str | os.PathLike[str], title: str = "", layout: dict[str, list[int]] | None = None
+) -> Path:
+    """Action and proprio/state traces over time, columns by name; intervened steps shaded red."""
     keys = [k for k in ("action", "state") if k in ep]
     fig, axes = plt.subplots(len(keys), 1, figsize=(8, 2.6 * len(keys)), sharex=True, squeeze=False)
     for ax, k in zip(axes[:, 0], keys, strict=True):
         x = ep[k].reshape(len(ep[k]), -1)
-        for j in range(x.shape[1]):
-            ax.plot(x[:, j], lw=1, label=f"{k}[{j}]")
+        for j, name in enumerate(column_names(k, x.shape[1], layout)):
+            ax.plot(x[:, j], lw=1, label=name)
         if "intervened" in ep:
             _shade(ax, ep["intervened"])
         ax.set_ylabel(k)
@@ -48,11 +66,19 @@ def plot_episode(ep: dict[str, np.ndarray], out: str | os.PathLike[str], title: 
 
 
 def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
-    """Success rate, mean return and intervention rate vs env steps from a run's summary.json."""
-    summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    evals = summary.get("evals") or []
+    """Success rate, mean return and intervention rate vs env steps from a run's summary.json, or from the
+    evals.jsonl it appends while it runs (an unfinished run is plotted as far as it got). `out` may be a folder."""
+    run_dir = Path(run_dir)
+    summary_path, log = run_dir / "summary.json", run_dir / "evals.jsonl"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    evals = summary.get("evals") or ([json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+                                     if log.is_file() else [])  # fmt: skip
     if not evals:
-        raise ValueError(f"{run_dir}/summary.json has no evals to plot")
+        raise UserError(f"{run_dir}: no evaluations to plot yet (neither summary.json nor evals.jsonl has any)")
+    if not summary:
+        print(f"note: {run_dir} is unfinished: plotting its {len(evals)} evaluation(s) so far", file=sys.stderr)
+    out = Path(out) / "training.png" if Path(out).is_dir() or str(out).endswith(os.sep) else Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     steps = [e["env_steps"] for e in evals]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     axes[0].plot(steps, [e["success_rate"] for e in evals], marker="o")
@@ -60,13 +86,16 @@ def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
     axes[0].set_title("eval success rate")
     axes[1].plot(steps, [e["mean_return"] for e in evals], marker="o", color="tab:green")
     axes[1].set_title("eval mean return")
+    axes[2].set_title("intervention rate")
     if all("intervention_rate" in e for e in evals):
         axes[2].plot(steps, [e["intervention_rate"] for e in evals], marker="o", color="tab:red")
-    else:  # only the run-wide rate is recorded
-        axes[2].axhline(summary.get("intervention_rate", float("nan")), color="tab:red")
-    axes[2].set_ylim(-0.05, 1.05)
-    axes[2].set_title("intervention rate")
-    for ax in axes:
+        axes[2].set_ylim(-0.05, 1.05)
+    else:  # only the run-wide rate is recorded: a number, not a flat line on a made-up axis
+        rate = summary.get("intervention_rate")
+        axes[2].text(0.5, 0.5, f"{rate:.1%} of env steps\n(whole run)" if rate is not None else "not recorded",
+                     ha="center", va="center", fontsize=14, transform=axes[2].transAxes)  # fmt: skip
+        axes[2].set_axis_off()
+    for ax in axes[:2]:
         ax.set_xlabel("env steps")
     fig.suptitle(f"{summary.get('task', '')} {summary.get('obs', '')} seed {summary.get('seed', '')}")
     fig.tight_layout()
@@ -98,14 +127,22 @@ def plot_dataset(metas: list[dict[str, Any]], out: str | os.PathLike[str]) -> Pa
     return Path(out)
 
 
-def html_report(store: str | os.PathLike[str], out_dir: str | os.PathLike[str], episode: int = 0) -> Path:
-    """out_dir/index.html with a summary table, per-episode table, plots and one episode as WebM video."""
+def html_report(
+    store: str | os.PathLike[str], out_dir: str | os.PathLike[str], episodes: list[int] | None = None
+) -> Path:
+    """out_dir/index.html: summary and key tables, dataset plots, and for every episode (or the chosen ones) its
+    traces and a video (H.264 mp4 where PyAV is installed, else WebM), then the per-episode table."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = info(store)
     with EpisodeStore(store, "r") as st:
         metas = [st.meta(i) for i in range(len(st))]
-        ep = st.episode(episode) if len(st) else {}
+        if episodes is None:
+            chosen = list(range(len(st)))
+        else:
+            for i in episodes:
+                st.meta(i)  # an episode past the store fails here, naming it
+            chosen = [i % len(st) for i in episodes]
     plot_dataset(metas, out_dir / "dataset.png")
     parts = [
         f"<h1>Dataset {html.escape(str(store))}</h1>",
@@ -133,12 +170,19 @@ def html_report(store: str | os.PathLike[str], out_dir: str | os.PathLike[str], 
         _table(["key", "dtype", "shape"], [[k, v["dtype"], v["shape"]] for k, v in summary["keys"].items()]),
     ]
     parts += ['<h2>Episodes</h2><img src="dataset.png" alt="dataset plots">']
-    if ep:
-        plot_episode(ep, out_dir / "episode.png", f"episode {episode}")
-        parts += [f"<h2>Episode {episode}</h2>", '<img src="episode.png" alt="episode traces">']
+    suffix = ".mp4" if h264_available() else ".webm"
+    for i in chosen:
+        with EpisodeStore(store, "r") as st:
+            ep = st.episode(i)
+        m = metas[i]
+        plot_episode(ep, out_dir / f"episode_{i:03d}.png", f"episode {i}", m.get("state_layout"))
+        verdict = "success" if m.get("success") else "no success"
+        parts += [f"<h2>Episode {i}: {m.get('length')} steps, {verdict}</h2>",
+                  f'<img src="episode_{i:03d}.png" alt="episode {i} traces">']  # fmt: skip
         if camera_keys(ep):
-            write_video(compose_frames(ep), out_dir / "episode.webm")
-            parts.append('<video src="episode.webm" controls loop muted></video>')
+            video = f"episode_{i:03d}{suffix}"
+            write_video(compose_frames(ep), out_dir / video)
+            parts.append(f'<video src="{video}" controls loop muted autoplay playsinline></video>')
     parts += [
         _table(
             ["episode", "length", "success", "source", "return", "intervened", "instruction"],
@@ -168,6 +212,11 @@ def html_report(store: str | os.PathLike[str], out_dir: str | os.PathLike[str], 
 
 
 def _num(x: Any) -> Any:
+    """A table cell as a person reads it: rounded floats, `a: 1, b: 2` instead of a Python dict repr."""
+    if isinstance(x, dict):
+        return ", ".join(f"{k}: {_num(v)}" for k, v in x.items())
+    if isinstance(x, list):
+        return " x ".join(map(str, x)) if all(isinstance(v, int) for v in x) else ", ".join(map(str, x))
     return round(x, 3) if isinstance(x, float) else x
 
 
@@ -182,23 +231,28 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl plot", description="PNG plots and a static HTML dataset report")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("episode", help="action and proprio traces of one episode")
-    s.add_argument("store", type=Path)
-    s.add_argument("--episode", type=int, default=0)
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("store", type=Path, help="an episode store")
+    s.add_argument("--episode", type=int, default=0, help="episode index")
+    s.add_argument("--out", type=Path, required=True, help="PNG file")
     s = sub.add_parser("training", help="return / success / intervention rate over training")
-    s.add_argument("run_dir", type=Path)
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("run_dir", type=Path, help="a run dir, finished or still running")
+    s.add_argument("--out", required=True, help="PNG file, or a folder (training.png inside it)")
     s = sub.add_parser("report", help="static HTML report of a dataset")
-    s.add_argument("store", type=Path)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--episode", type=int, default=0)
+    s.add_argument("store", type=Path, help="an episode store")
+    s.add_argument("--out", type=Path, required=True, help="folder for index.html, plots and videos")
+    s.add_argument("--episodes", default="all", help="episodes to show: all, or a comma list such as 0,3,7")
     ns = p.parse_args(argv)
     if ns.cmd == "episode":
         with EpisodeStore(ns.store, "r") as st:
-            path = plot_episode(st.episode(ns.episode), ns.out, f"episode {ns.episode}")
+            ep, layout = st.episode(ns.episode), st.meta(ns.episode).get("state_layout")
+        path = plot_episode(ep, ns.out, f"episode {ns.episode}", layout)
     elif ns.cmd == "training":
         path = plot_training(ns.run_dir, ns.out)
     else:
-        path = html_report(ns.store, ns.out, ns.episode)
+        try:
+            chosen = None if ns.episodes == "all" else [int(i) for i in ns.episodes.split(",")]
+        except ValueError:
+            raise UserError(f"--episodes {ns.episodes}: expected all or a comma list of episode numbers") from None
+        path = html_report(ns.store, ns.out, chosen)
     print(path)
     return 0

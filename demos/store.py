@@ -45,7 +45,19 @@ from zarr.codecs import BloscCodec
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-__all__ = ["EpisodeStore", "StoreCorruptError", "StoreLockedError", "SOURCES", "FORMAT_VERSION"]
+from robot_rl.errors import UserError
+
+__all__ = [
+    "EpisodeStore",
+    "StoreCorruptError",
+    "StoreExistsError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "SOURCES",
+    "FORMAT_VERSION",
+    "staged_path",
+    "staged_store",
+]
 
 FORMAT_NAME = "robot_rl.episode_store"
 FORMAT_VERSION = 1
@@ -67,12 +79,48 @@ _WRITE_CONFIG = {"write_empty_chunks": True}  # every committed chunk must exist
 _log = logging.getLogger(__name__)
 
 
-class StoreCorruptError(RuntimeError):
-    """The on-disk store contradicts its commit record; see repair()."""
+class StoreCorruptError(UserError, RuntimeError):
+    """The on-disk store contradicts its commit record; `robot-rl dataset validate --repair` (or repair())."""
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(UserError, RuntimeError):
     """Another process (or handle) already has the store open for writing."""
+
+
+class StoreNotFoundError(UserError, FileNotFoundError):
+    """No episode store at the given path."""
+
+
+class EpisodeIndexError(UserError, IndexError):
+    """An episode number past the store's committed episodes."""
+
+
+class StoreExistsError(UserError, FileExistsError):
+    """A tool that writes a new store was pointed at a path that already exists."""
+
+
+@contextmanager
+def staged_path(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary sibling of `out` to write into, renamed to `out` only when the block succeeds and removed
+    otherwise: a tool that fails half-way (a bad second input, Ctrl-C, a full disk) leaves no partial output."""
+    out = Path(out)
+    if out.exists():
+        raise StoreExistsError(f"{out} already exists; refusing to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+        os.rename(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def staged_store(out: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[EpisodeStore]:
+    """A new store that appears at `out` whole or not at all (see staged_path)."""
+    with staged_path(out) as tmp, EpisodeStore(tmp, "a", fsync=fsync) as st:
+        yield st
 
 
 @dataclass(frozen=True)
@@ -244,7 +292,7 @@ class EpisodeStore:
                 if not (self.path / _COMMIT).is_file():
                     if (self.path / "zarr.json").exists():
                         raise StoreCorruptError(f"{self.path}: zarr data present but no {_COMMIT}")
-                    raise FileNotFoundError(f"no episode store at {self.path}")
+                    raise StoreNotFoundError(f"no episode store at {self.path}")
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._lock()
@@ -303,8 +351,8 @@ class EpisodeStore:
         self._problems = self._structure_problems()
         if self._problems and strict:
             raise StoreCorruptError(
-                f"{self.path}: store is corrupt (open with strict=False and call repair()): "
-                + "; ".join(self._problems)
+                f"{self.path}: store is damaged (`robot-rl dataset validate {self.path} --repair` drops what is "
+                "unreadable and keeps a backup): " + "; ".join(self._problems)
             )
 
     def _open_column(self, name: str) -> _Column | None:
@@ -527,7 +575,7 @@ class EpisodeStore:
         out = {}
         for k in self.keys if keys is None else keys:
             name = self._data_name(k)
-            with self._guard(name):
+            with self._guard(name, f"episode {i}: "):
                 x = self._col(name).arr[start:end]
             self._verify(i, name, x)
             out[k] = x
@@ -538,7 +586,7 @@ class EpisodeStore:
         out = {}
         for k in self.final_keys:
             name = f"final/{k}"
-            with self._guard(name):
+            with self._guard(name, f"episode {i}: "):
                 x = self._col(name).arr[i : i + 1]
             self._verify(i, name, x)
             out[k] = x[0]
@@ -580,7 +628,7 @@ class EpisodeStore:
     def _index(self, i: int) -> int:
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"episode {i} out of range for {n} committed episode(s)")
+            raise EpisodeIndexError(f"{self.path}: episode {i} out of range for {n} committed episode(s)")
         return i % n
 
     def _bounds(self, i: int) -> tuple[int, int]:
@@ -604,13 +652,13 @@ class EpisodeStore:
             raise StoreCorruptError(f"{self.path / name}: episode {i} fails its CRC check (damaged or missing chunk)")
 
     @contextmanager
-    def _guard(self, name: str) -> Iterator[None]:
+    def _guard(self, name: str, where: str = "") -> Iterator[None]:
         try:
             yield
         except StoreCorruptError:
             raise
         except Exception as e:
-            raise StoreCorruptError(f"{self.path / name}: cannot decode committed rows: {e!r}") from e
+            raise StoreCorruptError(f"{self.path / name}: {where}cannot decode committed rows: {e!r}") from e
 
     # ------------------------------------------------------------------ integrity
 

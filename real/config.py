@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from robot_rl.errors import UserError
 from robot_rl.real.safety import SafetyConfig
 
 ROBOTS = ("sim", "franka", "ur5e")
@@ -67,12 +68,16 @@ class RobotConfig:
     safety: SafetyConfig = field(default_factory=SafetyConfig)
 
 
+class UnknownRobotError(UserError, FileNotFoundError):
+    """--robot names no shipped robot and no yaml file."""
+
+
 def robot_config_path(name_or_path: str) -> Path:
     if name_or_path in ROBOTS:
         return Path(str(resources.files("robot_rl.configs") / "robot" / f"{name_or_path}.yaml"))
     path = Path(name_or_path)
     if not path.is_file():
-        raise FileNotFoundError(f"robot {name_or_path!r} is neither one of {ROBOTS} nor a yaml file")
+        raise UnknownRobotError(f"--robot {name_or_path}: neither one of {', '.join(ROBOTS)} nor a robot yaml file")
     return path
 
 

@@ -157,9 +157,9 @@ def deploy(
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl deploy", description="run a checkpoint's policy on a robot")
-    p.add_argument("checkpoint", type=Path, help="a checkpoint folder, e.g. runs/<run>/checkpoints/final")
+    p.add_argument("checkpoint", type=Path, help="a run dir (its final or latest checkpoint) or a checkpoint folder")
     p.add_argument("--robot", default="sim", help="sim | franka | ur5e | path to a robot yaml")
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run")
     p.add_argument("--hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
     p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
     p.add_argument(
@@ -179,10 +179,19 @@ def main(argv: list[str]) -> int:
     if ns.hz is not None and not 1.0 <= ns.hz <= 100.0:
         p.error("--hz must be within 1..100")
     device = make_device(ns.teleop) if ns.teleop != "none" else None
+    if ns.teleop == "keyboard":
+        from robot_rl.demos.teleop.keyboard import key_help
+
+        labels = {"intervene": "take over / hand back", "failure": "E-STOP"}
+        print(key_help(("intervene", "gripper", ESTOP_EVENT), labels), file=sys.stderr)
     try:
         summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
     finally:
         if device is not None:
             device.close()
     print(json.dumps(summary, indent=1))
+    if summary["stopped"]:  # an e-stop is not a normal end: scripts and the shell must see it
+        print(f"robot-rl deploy: stopped by {summary['stopped']}; `robot-rl estop release --robot {ns.robot}` "
+              "clears the latched e-stop", file=sys.stderr)  # fmt: skip
+        return 3
     return 0

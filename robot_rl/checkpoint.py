@@ -14,13 +14,16 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from safetensors.torch import load_file, save_file
 
 from robot_rl.algos.adapters import agent_env
 from robot_rl.algos.sac import make_policy
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
+from robot_rl.errors import UserError
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.sim.envs import make_env, obs_layout
@@ -103,7 +106,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
         return None
     path = ckpt_root / pointer.read_text().strip()
     if not (path / "counters.json").exists():
-        raise FileNotFoundError(f"checkpoint pointer {pointer} names {path}, which is missing or incomplete")
+        raise UserError(f"checkpoint pointer {pointer} names {path}, which is missing or incomplete")
     return path
 
 
@@ -126,14 +129,30 @@ def load_checkpoint(
     return json.loads((path / "counters.json").read_text())
 
 
-def checkpoint_config(path: Path | str) -> TrainConfig:
-    """The resolved config a checkpoint folder was trained with."""
+def resolve_checkpoint(path: Path | str) -> Path:
+    """A checkpoint folder, or a run dir's final checkpoint (its latest while it is unfinished or interrupted)."""
     path = Path(path)
-    if not (path / "config.yaml").exists():
-        raise FileNotFoundError(
-            f"{path} is not a checkpoint folder (no config.yaml); pass e.g. <run>/checkpoints/final"
-        )
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path / "config.yaml")))
+    if (path / "config.yaml").is_file() and (path / "model.safetensors").is_file():
+        return path
+    if (path / "checkpoints").is_dir():
+        final = path / "checkpoints" / "final"
+        found = final if (final / "counters.json").is_file() else latest_checkpoint(path / "checkpoints")
+        if found is None:
+            raise UserError(f"{path}: the run has no checkpoint yet")
+        return found
+    if not path.exists():
+        raise UserError(f"{path}: no such run dir or checkpoint folder")
+    raise UserError(f"{path}: neither a run dir nor a checkpoint folder (no config.yaml + model.safetensors)")
+
+
+def checkpoint_config(path: Path | str) -> TrainConfig:
+    """The resolved config a checkpoint folder (or run dir) was trained with."""
+    path = resolve_checkpoint(path)
+    try:
+        saved = OmegaConf.load(path / "config.yaml")
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None
 
 
 def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
@@ -141,6 +160,7 @@ def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianP
     deployment node and the robot load. Only local paths: nothing is downloaded. `env` is the env the agent acts
     in (`agent_env(cfg, ...)`, which loads a residual / DSRL agent's frozen base) when the caller already has
     one; without it one is built just to read the observation layout."""
+    path = resolve_checkpoint(path)
     cfg = checkpoint_config(path)
     agent_env_ = env if env is not None else agent_env(cfg, make_env(cfg.env))
     state_dim, cameras, image_size = obs_layout(agent_env_)

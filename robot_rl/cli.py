@@ -10,66 +10,117 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-from hydra import compose, initialize_config_module
-from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from robot_rl.errors import ConfigError, UserError
 
-import robot_rl.configs
-from robot_rl.config import TrainConfig, register_configs
+if TYPE_CHECKING:  # torch and hydra load in seconds: `robot-rl --help` and the tools import them only when used
+    from robot_rl.config import TrainConfig
 
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError", "load_config", "run_config", "main"]
 
 
-def _valid_keys(cls: type, prefix: str = "") -> list[str]:
-    keys = []
+def _fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> field type of every leaf of a config dataclass."""
+    keys: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
-            keys += _valid_keys(f.default_factory, f"{prefix}{f.name}.")
+            keys |= _fields(f.default_factory, f"{prefix}{f.name}.")
         else:
-            keys.append(prefix + f.name)
+            keys[prefix + f.name] = f.type
     return keys
 
 
+def _type_problem(key: str, value: str, kind: Any) -> str | None:
+    """Why `value` does not fit a field annotated `kind` (a string under `from __future__ import annotations`)."""
+    convert = {"int": int, "float": float}.get(str(kind))
+    if convert is not None:
+        try:
+            convert(value)
+        except ValueError:
+            return f"{key}={value}: expected {kind}"
+    if str(kind) == "bool" and value.lower() not in ("true", "false"):
+        return f"{key}={value}: expected true or false"
+    return None
+
+
 def load_config(overrides: list[str]) -> TrainConfig:
-    """Composes configs/ + overrides into a typed TrainConfig; a wrong key or group fails here, listing choices."""
+    """Composes configs/ + overrides into a typed TrainConfig; a wrong key, group, type or value fails here in one
+    line that names it and what would have been valid."""
+    import torch
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from robot_rl.config import TrainConfig, check_values, register_configs
+
     register_configs()
     if not any(o.startswith("profile=") for o in overrides):
         overrides = [*overrides, f"profile={'gpu' if torch.cuda.is_available() else 'cpu'}"]
     try:
         with initialize_config_module(config_module="robot_rl.configs", version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        return OmegaConf.to_object(cfg)
+        cfg = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        valid, groups = _valid_keys(TrainConfig), _group_options()
-        given = [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
-        unknown = [k for k in given if k not in valid and k not in groups]
-        msg = [f"bad configuration: {e}".rstrip()]
-        for k in unknown:
-            close = difflib.get_close_matches(k, valid, n=3, cutoff=0.5)
-            if close:
-                msg.append(f"'{k}': did you mean {', '.join(close)}?")
-        msg.append("valid keys: " + ", ".join(valid))
-        msg.append("config groups: " + ", ".join(f"{g}=<{'|'.join(o)}>" for g, o in groups.items()))
-        raise ConfigError("\n".join(msg)) from None
+        raise ConfigError(_explain(e, overrides, _fields(TrainConfig))) from None
+    check_values(cfg)
+    return cfg
+
+
+def _explain(e: Exception, overrides: list[str], fields: dict[str, Any]) -> str:
+    """One line for a composition error: the override at fault and what it should have been."""
+    groups = _group_options()
+    msg = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key in groups and value not in groups[key]:
+            msg.append(f"{key}={value}: expected one of {', '.join(groups[key])}")
+        elif key in fields:
+            msg += filter(None, [_type_problem(key, value, fields[key])])
+        elif key not in groups:
+            close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.5)
+            msg.append(f"unknown key '{key}'" + (f": did you mean {', '.join(close)}?" if close else ""))
+    if not msg:
+        msg.append(" ".join(str(e).split()))
+    return "bad configuration: " + "; ".join(msg) + " (robot-rl train --help lists groups and keys)"
 
 
 def _group_options() -> dict[str, list[str]]:
     """The config groups `train` composes (the `defaults` of configs/config.yaml) and their options."""
+    from omegaconf import DictConfig, OmegaConf
+
+    import robot_rl.configs
+
     root = Path(robot_rl.configs.__file__).parent
     defaults = OmegaConf.load(root / "config.yaml").defaults
     groups = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
     return {g: sorted(p.stem for p in (root / g).glob("*.yaml")) for g in groups}
 
 
+def _group_defaults() -> dict[str, str]:
+    from omegaconf import DictConfig, OmegaConf
+
+    import robot_rl.configs
+
+    defaults = OmegaConf.load(Path(robot_rl.configs.__file__).parent / "config.yaml").defaults
+    return {k: str(v) for d in defaults if isinstance(d, DictConfig) for k, v in d.items()}
+
+
 def run_config(overrides: list[str]) -> TrainConfig:
     """The config of a new run, or with `resume=DIR` the run's saved one (only `loop.*` may be changed)."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import latest_checkpoint
+    from robot_rl.config import TrainConfig, check_values
+
     cfg = load_config(overrides)
     if cfg.resume:
+        if not (Path(cfg.resume) / "config.yaml").is_file():
+            raise UserError(f"resume={cfg.resume}: no run there (no {Path(cfg.resume) / 'config.yaml'})")
+        if latest_checkpoint(Path(cfg.resume) / "checkpoints") is None:
+            print(f"note: {cfg.resume} has no checkpoint yet: it starts again from step 0", file=sys.stderr)
         saved = OmegaConf.load(Path(cfg.resume) / "config.yaml")
         merged = OmegaConf.merge(
             OmegaConf.structured(TrainConfig),
@@ -77,20 +128,86 @@ def run_config(overrides: list[str]) -> TrainConfig:
             OmegaConf.from_dotlist([o for o in overrides if o.startswith("loop.")] + [f"resume={cfg.resume}"]),
         )
         cfg = OmegaConf.to_object(merged)
+        check_values(cfg)
     return cfg
 
 
+# Keys a person sets most, with what they mean; `train --help` prints them with their defaults.
+COMMON_KEYS = {
+    "seed": "random seed of the run (envs, demos, networks)",
+    "run_dir": "where the run writes (empty: runs/<task>-<obs>-s<seed>-<time>); never overwritten",
+    "resume": "a run dir to continue from its latest checkpoint (only loop.* may change)",
+    "device": "auto | cpu | cuda[:N]",
+    "loop.env_steps": "online env-step budget",
+    "loop.eval_every": "env steps between evaluations",
+    "loop.checkpoint_every": "env steps between checkpoints (0: only at the end; Ctrl-C also saves)",
+    "loop.max_minutes": "wall-clock budget, resumes included (0: none)",
+    "loop.stop_at_success": "stop once an evaluation reaches this success rate (>1: never)",
+    "demos.n_episodes": "scripted demos collected into the run before training",
+    "demos.path": "train from this demo store instead (e.g. `robot-rl collect` teleop demos)",
+    "intervention.enabled": "a simulated human takes over when the policy stalls (HIL-SERL)",
+    "reward.source": "env | classifier (a learned success detector, as on a robot)",
+    "sac.utd": "critic updates per env step",
+}
+
+TRAIN_EXAMPLES = """examples:
+  robot-rl train                                   PickCube from state, 8000 env steps
+  robot-rl train task=peg_insert obs=pixels seed=3
+  robot-rl train demos.path=data/kb.zarr loop.env_steps=20000
+  robot-rl train resume=runs/<run>                 continue after a crash or Ctrl-C
+  robot-rl train algo=bc_diffusion demos.path=data/demos.zarr"""
+
+
+def train_help(command: str) -> str:
+    """`robot-rl train --help`: the groups to pick from, the keys people set, their defaults, and examples."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.config import TrainConfig
+
+    cfg = OmegaConf.structured(TrainConfig)
+    defaults = _group_defaults()
+    lines = [
+        f"usage: robot-rl {command} [group=option ...] [key=value ...]",
+        "",
+        "config groups (default marked *):",
+        *(
+            f"  {g:<14} " + " | ".join(o + ("*" if o == defaults.get(g) else "") for o in options)
+            for g, options in _group_options().items()
+        ),
+        "",
+        "common keys (default: meaning):",
+        *(f"  {k:<24} {OmegaConf.select(cfg, k)!s:<8} {meaning}" for k, meaning in COMMON_KEYS.items()),
+        "",
+        f"all {len(_fields(TrainConfig))} keys and their defaults live in robot_rl/config.py; a wrong key says which "
+        "keys are close.",
+        "",
+        TRAIN_EXAMPLES,
+    ]
+    return "\n".join(lines)
+
+
+def _wants_help(args: list[str]) -> bool:
+    return any(a in ("-h", "--help") for a in args)
+
+
 def cmd_train(overrides: list[str]) -> int:
+    if _wants_help(overrides):
+        print(train_help("train"))
+        return 0
     cfg = run_config(overrides)
     if cfg.algo == "bc":
         from robot_rl.loop.bc import train_bc as run
     else:
         from robot_rl.loop.trainer import train as run
-    print(run(cfg))
-    return 0
+    summary = run(cfg)
+    print(summary)
+    return 130 if json.loads(summary.read_text()).get("status") == "interrupted" else 0
 
 
 def cmd_learner(overrides: list[str]) -> int:
+    if _wants_help(overrides):
+        print(train_help("learner"))
+        return 0
     from robot_rl.nodes.learner_node import run_learner
 
     print(run_learner(run_config(overrides)))
@@ -98,47 +215,52 @@ def cmd_learner(overrides: list[str]) -> int:
 
 
 def cmd_actor(args: list[str]) -> int:
-    from robot_rl.nodes.actor_node import run_actor
-
     p = argparse.ArgumentParser(prog="robot-rl actor", description="an actor node; the rest are train overrides")
     p.add_argument("--index", type=int, default=0, help="actor number: sets its seed and name")
     p.add_argument("--episodes", type=int, default=0, help="stop after this many episodes (0: run until killed)")
     ns, overrides = p.parse_known_args(args)
+    from robot_rl.nodes.actor_node import run_actor
+
     run_actor(load_config(overrides), ns.index, ns.episodes)
     return 0
 
 
 def cmd_launch(overrides: list[str]) -> int:
+    if _wants_help(overrides):
+        print(train_help("launch"))
+        return 0
+    from robot_rl.loop.trainer import check_run_dir, default_run_dir
     from robot_rl.nodes.launch import launch
 
-    cfg = load_config(overrides)
+    cfg = run_config(overrides)
+    check_run_dir(cfg)
     if not cfg.run_dir and not cfg.resume:
-        from robot_rl.loop.trainer import default_run_dir
-
         overrides = [*overrides, f"run_dir={default_run_dir(cfg)}"]
         cfg = load_config(overrides)
     return launch(cfg, overrides)
 
 
 def cmd_report(args: list[str]) -> int:
-    from robot_rl.evaluation import aggregate_runs
-
     p = argparse.ArgumentParser(prog="robot-rl report", description="IQM + bootstrap CI over finished runs")
-    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("runs", nargs="+", type=Path, help="run dirs (e.g. runs/*); unfinished ones are skipped with a note")
     ns = p.parse_args(args)
-    print(json.dumps(aggregate_runs(ns.runs), indent=1))
+    from robot_rl.evaluation import aggregate_runs, finished_runs
+
+    print(json.dumps(aggregate_runs(finished_runs(ns.runs)), indent=1))
     return 0
 
 
 def cmd_eval(args: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="robot-rl eval", description="run a checkpoint in sim: success, cycle time")
+    p.add_argument("checkpoint", type=Path, help="a run dir (its final or latest checkpoint) or a checkpoint folder")
+    p.add_argument("--episodes", type=int, default=20, help="evaluation episodes")
+    p.add_argument("--video", type=Path, default=None, help="write one mp4 per episode and summary.json here")
+    p.add_argument("--seed", type=int, default=2_000_000, help="seed of the first episode (then +1 per episode)")
+    ns = p.parse_args(args)
+    if ns.episodes < 1:
+        raise UserError(f"--episodes {ns.episodes}: must be >= 1")
     from robot_rl.evaluation import evaluate_checkpoint
 
-    p = argparse.ArgumentParser(prog="robot-rl eval", description="run a checkpoint in sim: success, cycle time")
-    p.add_argument("checkpoint", type=Path, help="a checkpoint folder, e.g. runs/<run>/checkpoints/final")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--video", type=Path, default=None, help="write one mp4 per episode and summary.json here")
-    p.add_argument("--seed", type=int, default=2_000_000)
-    ns = p.parse_args(args)
     summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed)
     summary.pop("per_episode")
     print(json.dumps(summary, indent=1))
@@ -153,6 +275,7 @@ TOOLS = {
     "plot": "robot_rl.demos.report",
     "convert": "robot_rl.demos.interop.cli",
     "deploy": "robot_rl.real.deploy",
+    "estop": "robot_rl.real.estop",
     "sim-robot": "robot_rl.real.sim_robot",
     "vla-sft": "robot_rl.policies.vla.sft",
 }
@@ -173,31 +296,55 @@ COMMANDS = {
 }
 
 
+USAGE = (
+    "usage: robot-rl [--debug] {" + "|".join(COMMANDS) + "} [args]   (`robot-rl <command> --help` for each)\n"
+    "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
+    "  launch [key=value ...]  the same run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)\n"
+    "  learner | actor --index i [key=value ...]   one node of a multi-machine run\n"
+    "  eval RUN_DIR|CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
+    "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
+    "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
+    "  dataset info|validate|merge|split|filter   episode store tools\n"
+    "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
+    "  plot episode|training|report   PNG plots and the HTML dataset report\n"
+    "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop\n"
+    "  deploy RUN_DIR|CHECKPOINT --robot sim|franka|ur5e [--episodes K] [--hz 10] [--record STORE]   run on a robot\n"
+    "  estop press|release [--robot sim]   latch or clear a robot's e-stop from a shell\n"
+    "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics\n"
+    "  vla-sft STORE OUT [--base tiny|full|DIR] [--finetune lora|full]   fine-tune pi0 on demos (vla extra)\n"
+    "  --debug: show the Python traceback of an error instead of its one-line message"
+)
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
+    raise UserError(f"{message} (see {parser.prog} --help)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Runs one command. A `UserError` becomes one line on stderr and exit code 2 (a traceback with --debug);
+    Ctrl-C that a command does not handle itself ends with exit code 130, also without a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv[:1]
+    argv = argv[1:] if debug else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(
-            "usage: robot-rl {" + "|".join(COMMANDS) + "} [args]\n"
-            "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
-            "  launch [key=value ...]  the same run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)\n"
-            "  learner | actor --index i [key=value ...]   one node of a multi-machine run\n"
-            "  eval CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
-            "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
-            "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
-            "  dataset info|validate|merge|split|filter   episode store tools\n"
-            "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
-            "  plot episode|training|report   PNG plots and the HTML dataset report\n"
-            "  convert lerobot-export|lerobot-import|rosbag|legacy-zarr   dataset interop\n"
-            "  deploy CHECKPOINT --robot sim|franka|ur5e [--episodes K] [--hz 10] [--record STORE]   run on a robot\n"
-            "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics\n"
-            "  vla-sft STORE OUT [--base tiny|full|DIR] [--finetune lora|full]   fine-tune pi0 on demos (vla extra)"
-        )
+        print(USAGE, file=sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
+    # Every tool's argparse mistakes become one line too (some parsers live in modules this file does not own).
+    argparse_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _one_line_error
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except ConfigError as e:
-        print(e, file=sys.stderr)
+    except UserError as e:
+        if debug:
+            raise
+        print(f"robot-rl {argv[0]}: error: {e.one_line()}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        argparse.ArgumentParser.error = argparse_error
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from robot_rl.algos.dsrl import DSRLConfig
 from robot_rl.algos.residual import ResidualConfig
@@ -106,6 +107,40 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads; 0 => one per core (oversubscription was 20x slower here)
     run_dir: str = ""  # empty => runs/<task>-<obs>-s<seed>-<time>
     resume: str = ""  # a run directory to continue from its latest checkpoint
+
+
+# Lowest value that makes sense for each numeric key a person commonly sets; anything below fails at start-up.
+MINIMUM = {
+    "loop.env_steps": 1,
+    "loop.learning_starts": 0,
+    "loop.sync_every": 1,
+    "loop.eval_every": 0,
+    "loop.eval_episodes": 1,
+    "loop.final_eval_episodes": 1,
+    "loop.max_minutes": 0,
+    "loop.checkpoint_every": 0,
+    "loop.buffer_capacity": 1,
+    "loop.log_every": 1,
+    "demos.n_episodes": 0,
+    "distributed.n_actors": 1,
+    "sac.batch_size": 1,
+    "sac.utd": 1,
+    "bc.steps": 1,
+    "bc.batch_size": 1,
+    "seed": 0,
+    "threads": 0,
+}
+
+
+def check_values(cfg: TrainConfig) -> None:
+    """Out-of-range values fail here, naming the key, instead of producing an empty or broken run."""
+    from robot_rl.errors import ConfigError
+
+    node = OmegaConf.structured(cfg)
+    for key, low in MINIMUM.items():
+        value = OmegaConf.select(node, key)
+        if value < low:
+            raise ConfigError(f"bad configuration: {key}={value}: must be >= {low}")
 
 
 def register_configs() -> None:

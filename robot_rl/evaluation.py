@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,6 +95,24 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     stats = np.array([stat(x[rng.integers(0, len(x), len(x))]) for _ in range(n_boot)])
     return (float(np.quantile(stats, alpha / 2)), float(np.quantile(stats, 1 - alpha / 2)))
+
+
+def finished_runs(run_dirs: Sequence[Path]) -> list[Path]:
+    """The run dirs whose training finished; each other one gets a note on stderr (a glob like runs/* catches
+    killed, interrupted and failed-to-start runs too)."""
+    from robot_rl.errors import UserError
+
+    finished, skipped = [], []
+    for d in map(Path, run_dirs):
+        summary = d / "summary.json"
+        status = json.loads(summary.read_text()).get("status", "finished") if summary.is_file() else "unfinished"
+        (finished if status == "finished" else skipped).append((d, status))
+    if not finished:
+        why = ", ".join(f"{d}: {status}" for d, status in skipped)
+        raise UserError(f"none of the {len(skipped)} run dir(s) holds a finished run ({why})")
+    for d, status in skipped:
+        print(f"note: skipping {d}: {status} (no final evaluation)", file=sys.stderr)
+    return [d for d, _ in finished]
 
 
 def aggregate_runs(run_dirs: Sequence[Path]) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.store import staged_store
 
 __all__ = ["import_legacy_zarr", "DEFAULT_RENAMES"]
 
@@ -62,9 +62,7 @@ def import_legacy_zarr(
         else {k for k in arrays if not re.search(r"action|reward|done|terminal", k)}
     )
     starts = np.concatenate([[0], ends[:-1]])
-    with EpisodeStore(out, "a") as dst:
-        if len(dst):
-            raise FileExistsError(f"{out} already holds episodes; import into a new store")
+    with staged_store(out) as dst:  # whole or not at all: a failed import leaves no half-written store
         for i, (lo, hi) in enumerate(zip(starts, ends, strict=True)):
             data = {_key(k, renames): np.asarray(a[lo:hi]) for k, a in arrays.items()}
             final = {_key(k, renames): np.asarray(arrays[k][hi - 1]) for k in obs}

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robot_rl.demos.replay import camera_keys, write_video
-from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.store import EpisodeStore, staged_store
 
 __all__ = ["export_lerobot", "import_lerobot", "lerobot_name"]
 
@@ -266,9 +266,7 @@ def import_lerobot(root: str | os.PathLike[str], out: str | os.PathLike[str], so
             spec[name] = (_default_key(name), np.dtype(feat["dtype"]), () if shape == (1,) else shape)
     videos: dict[tuple[str, int, int], np.ndarray] = {}
     n = 0
-    with EpisodeStore(out, "a") as dst:
-        if len(dst):
-            raise FileExistsError(f"{out} already holds episodes; import into a new store")
+    with staged_store(out) as dst:  # whole or not at all: a failed import leaves no half-written store
         for e in episodes:
             lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
             rows = np.searchsorted(index, np.arange(lo, hi))

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand, PacketError, apply_deadzone, log_bad_packet
+from robot_rl.errors import UserError
 
 EVENT = struct.Struct("llHHi")
 EV_SYN, EV_KEY, EV_ABS = 0, 1, 3
@@ -156,14 +157,14 @@ def open_gamepad(path: str | None = None, cfg: GamepadConfig | None = None) -> G
         try:
             import evdev
         except ImportError as e:
-            raise RuntimeError("gamepad discovery needs the 'evdev' package (or pass the /dev/input path)") from e
+            raise UserError("--device gamepad needs the 'evdev' package: pip install -e '.[teleop]'") from e
         for p in evdev.list_devices():
             caps = evdev.InputDevice(p).capabilities()
             if BTN_SOUTH in caps.get(EV_KEY, []):
                 path = p
                 break
         else:
-            raise RuntimeError("no gamepad found under /dev/input (check permissions: group 'input')")
+            raise UserError("no gamepad found under /dev/input (plugged in? is this user in group 'input'?)")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
 
     def read() -> bytes | None:

@@ -10,7 +10,7 @@ import os
 import select
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -21,7 +21,17 @@ from robot_rl.demos.teleop.base import DeviceCommand
 # ANSI escape sequences of arrow keys -> names
 _ESCAPES = {b"\x1b[A": "up", b"\x1b[B": "down", b"\x1b[C": "right", b"\x1b[D": "left"}
 
-HELP = "keys: w/s x  a/d y  up/down z  q/e yaw  space gripper  i intervene  y success  n failure  r re-record"
+_MOTION_HELP = "w/s x  a/d y  up/down z  q/e yaw"
+_BUTTON_LABELS = {"gripper": "gripper", "intervene": "intervene", "success": "success", "failure": "failure",
+                  "rerecord": "re-record"}  # fmt: skip
+
+
+def key_help(buttons: Iterable[str], labels: dict[str, str] | None = None, cfg: KeyboardConfig | None = None) -> str:
+    """The banner: motion keys and only the `buttons` that act in this command, under their `labels` (deploy calls
+    the failure button E-STOP)."""
+    keys = {what: key for key, what in (cfg or KeyboardConfig()).buttons.items()}
+    names = {**_BUTTON_LABELS, **(labels or {})}
+    return "keys: " + "  ".join([_MOTION_HELP, *(f"{keys[b]} {names[b]}" for b in buttons)])
 
 
 def parse_keys(data: bytes) -> list[str]:
@@ -140,7 +150,6 @@ def open_terminal_keyboard(cfg: KeyboardConfig | None = None) -> Keyboard:
         raise RuntimeError("keyboard teleop needs an interactive terminal on stdin")
     saved = termios.tcgetattr(fd)
     tty.setcbreak(fd)  # byte-at-a-time, no echo; Ctrl-C still interrupts
-    print(HELP, file=sys.stderr)
 
     def read() -> bytes | None:
         if not select.select([fd], [], [], 0)[0]:

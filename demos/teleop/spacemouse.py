@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand, PacketError, apply_deadzone, log_bad_packet
+from robot_rl.errors import UserError
 
 VENDOR_IDS = (0x046D, 0x256F)  # Logitech-era and 3Dconnexion-era devices
 
@@ -136,14 +137,14 @@ def open_spacemouse(cfg: SpaceMouseConfig | None = None, product_id: int | None 
     try:
         import hid
     except ImportError as e:
-        raise RuntimeError("SpaceMouse needs the 'hidapi' package (pip install hidapi)") from e
+        raise UserError("--device spacemouse needs the 'hidapi' package: pip install -e '.[teleop]'") from e
     for info in hid.enumerate():
         if info["vendor_id"] in VENDOR_IDS and (product_id is None or info["product_id"] == product_id):
             dev = hid.device()
             dev.open_path(info["path"])
             dev.set_nonblocking(True)
             return SpaceMouse(_nonblocking_reader(dev), cfg, close=dev.close)
-    raise RuntimeError("no 3Dconnexion SpaceMouse found over HID (check udev permissions on /dev/hidraw*)")
+    raise UserError("no 3Dconnexion SpaceMouse found over HID (plugged in? udev permissions on /dev/hidraw*?)")
 
 
 def _nonblocking_reader(dev: object) -> Callable[[], bytes | None]:

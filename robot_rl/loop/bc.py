@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -107,46 +109,56 @@ def train_bc(cfg: TrainConfig) -> Path:
 
     bar = tqdm(total=bc.steps, initial=step, desc="bc", unit="step", mininterval=2.0)
     model.train()
-    while step < bc.steps:
-        loss, metrics = model.compute_loss(
-            batch_of(train_set, rng.integers(len(train_set), size=bc.batch_size), device)
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        state.update_ema(bc.ema_decay)
-        step += 1
-        bar.update(1)
-        if step % 100 == 0:
-            for k, v in metrics.items():
-                writer.add_scalar(f"train/{k}", v, step)
-            bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
-        if bc.eval_every and step % bc.eval_every == 0 and step < bc.steps:
-            entry = run_eval(cfg.loop.eval_episodes)
-            bar.write(f"step {step}: eval success {entry['success_rate']:.2f}")
-            checkpoint(f"step_{step:08d}")
+    interrupted = False
+    try:
+        while step < bc.steps:
+            loss, metrics = model.compute_loss(
+                batch_of(train_set, rng.integers(len(train_set), size=bc.batch_size), device)
+            )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            state.update_ema(bc.ema_decay)
+            step += 1
+            bar.update(1)
+            if step % 100 == 0:
+                for k, v in metrics.items():
+                    writer.add_scalar(f"train/{k}", v, step)
+                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+            if bc.eval_every and step % bc.eval_every == 0 and step < bc.steps:
+                entry = run_eval(cfg.loop.eval_episodes)
+                bar.write(f"step {step}: eval success {entry['success_rate']:.2f}")
+                checkpoint(f"step_{step:08d}")
+    except KeyboardInterrupt:  # Ctrl-C saves a resumable checkpoint and the summary, without a final evaluation
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupted = True
     bar.close()
 
-    final = run_eval(cfg.loop.final_eval_episodes)
-    checkpoint("final")
+    final = {} if interrupted else run_eval(cfg.loop.final_eval_episodes)
+    ckpt = f"step_{step:08d}" if interrupted else "final"
+    checkpoint(ckpt)
     writer.close()
     summary = {
+        "status": "interrupted" if interrupted else "finished",
         "algo": f"bc_{pcfg.kind}",
         "task": cfg.env.task,
         "obs": cfg.env.obs,
         "seed": cfg.seed,
-        "final_success_rate": final["success_rate"],
-        "final_success_ci": final["success_ci"],
+        "final_success_rate": final.get("success_rate"),
+        "final_success_ci": final.get("success_ci"),
         "final_val_loss": final.get("val_loss"),
         "updates": step,
         "wall_clock_s": round(wall(), 2),
         "demo_episodes": len(store),
         "device": str(device),
         "run_dir": str(run_dir),
-        "checkpoint": str(ckpt_root / "final"),
+        "checkpoint": str(ckpt_root / ckpt),
         "evals": eval_log.entries,
     }
     path = run_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=1))
     print_eval_table(eval_log.entries)
+    if interrupted:
+        print(f"interrupted at step {step}: saved {ckpt_root / ckpt} and {path}; "
+              f"continue with: robot-rl train resume={run_dir}", file=sys.stderr)  # fmt: skip
     return path

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_transitions
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
+from robot_rl.errors import UserError
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
@@ -59,13 +61,60 @@ def seed_everything(seed: int) -> None:
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{stamp}"
+    """runs/<task>-<obs>-s<seed>-<time>, with -2, -3 ... when two runs start in the same second."""
+    base = Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """What in `run_dir` a new run would overwrite: its summary, evaluations or checkpoints."""
+    return [n for n in ("summary.json", "evals.jsonl", "checkpoints") if (run_dir / n).exists()]
+
+
+def check_run_dir(cfg: TrainConfig) -> None:
+    """A new run never writes over an earlier one (a failed start, with only config.yaml, may be reused)."""
+    if cfg.run_dir and not cfg.resume and (found := holds_run(Path(cfg.run_dir))):
+        raise UserError(
+            f"run_dir={cfg.run_dir} already holds a run ({', '.join(found)}): continue it with "
+            f"resume={cfg.run_dir}, or pick another run_dir"
+        )
+
+
+def check_demo_store(cfg: TrainConfig) -> None:
+    """`demos.path` recorded for another task or observation layout fails here, naming both sides, before any work
+    (it used to fail minutes later inside the encoder with a tensor size mismatch)."""
+    if not cfg.demos.path or cfg.algo == "dsrl":  # DSRL acts in noise space and reads no demos
+        return
+    where = f"demos.path={cfg.demos.path}"
+    with EpisodeStore(cfg.demos.path, "r") as st:
+        if not len(st):
+            raise UserError(f"{where}: the store holds no episodes")
+        tasks = sorted({str(t) for i in range(len(st)) if (t := st.meta(i).get("task"))})
+        stored = {k: st.read(k, 0, 0).shape[1:] for k in st.keys}
+    if tasks and tasks != [cfg.env.task]:
+        raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
+                        "pick the matching task= or store")  # fmt: skip
+    env = make_env(cfg.env)
+    try:
+        wanted = {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}
+    finally:
+        env.close()
+    for k, shape in wanted.items():
+        if stored.get(k) != shape:
+            have = f"stores {k} as {stored[k]}" if k in stored else f"has no {k!r} (it stores {', '.join(stored)})"
+            raise UserError(f"{where} {have}, but {cfg.env.task} with obs={cfg.env.obs} image_size="
+                            f"{cfg.env.image_size} observes {k} as {shape}")  # fmt: skip
 
 
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
     """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
     config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
+    check_run_dir(cfg)
+    check_demo_store(cfg)
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -270,20 +319,26 @@ class TrainingRun:
                 self.done = True
         self._check_budget()
 
-    def finish(self, stats: EpisodeStats, **extra: object) -> Path:
-        """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path."""
+    def finish(self, stats: EpisodeStats, interrupted: bool = False, **extra: object) -> Path:
+        """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path.
+
+        `interrupted` (Ctrl-C): no final evaluation, which could take minutes the person just said they do not
+        want; the checkpoint is a step one that `resume=` continues from, and the summary says "interrupted"."""
         self.bar.close()
-        final = self.evaluate(self.cfg.loop.final_eval_episodes)
-        self.checkpoint("final", stats.episodes)
+        step = self.learner.env_steps
+        final = None if interrupted else self.evaluate(self.cfg.loop.final_eval_episodes)
+        ckpt = f"step_{step:08d}" if interrupted else "final"
+        self.checkpoint(ckpt, stats.episodes)
         self.writer.close()
         cfg, learner = self.cfg, self.learner
         summary = {
+            "status": "interrupted" if interrupted else "finished",
             "task": cfg.env.task,
             "obs": cfg.env.obs,
             "seed": cfg.seed,
-            "final_success_rate": final.success_rate,
-            "final_success_ci": final.success_ci,
-            "final_mean_length": final.mean_length,
+            "final_success_rate": final.success_rate if final else None,
+            "final_success_ci": final.success_ci if final else None,
+            "final_mean_length": final.mean_length if final else None,
             "algo": cfg.algo,
             "env_steps": learner.env_steps,
             "sim_steps": learner.sim_steps,
@@ -294,13 +349,16 @@ class TrainingRun:
             "demo_episodes": len(self.store) if self.store is not None else 0,
             "device": str(self.device),
             "run_dir": str(self.run_dir),
-            "checkpoint": str(self.ckpt_root / "final"),
+            "checkpoint": str(self.ckpt_root / ckpt),
             "evals": self.eval_log.entries,
             **extra,
         }
         path = self.run_dir / "summary.json"
         path.write_text(json.dumps(summary, indent=1))
         print_eval_table(self.eval_log.entries)
+        if interrupted:
+            print(f"interrupted at env step {step}: saved {self.ckpt_root / ckpt} and {path}; "
+                  f"continue with: robot-rl train resume={self.run_dir}", file=sys.stderr)  # fmt: skip
         return path
 
 
@@ -312,14 +370,18 @@ def train(cfg: TrainConfig) -> Path:
     actor = Actor(make_train_env(cfg, cfg.seed, run.classifier), copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
-    while not run.done:
-        if human is not None:
-            human.set_progress(learner.env_steps)
-        learner.add(actor.step())
-        learner.train_to_rate_limit()
-        if learner.env_steps % cfg.loop.sync_every == 0:
-            actor.load_weights(learner.policy_weights(), learner.updates)
-        run.after_step(actor.stats)
+    try:
+        while not run.done:
+            if human is not None:
+                human.set_progress(learner.env_steps)
+            learner.add(actor.step())
+            learner.train_to_rate_limit()
+            if learner.env_steps % cfg.loop.sync_every == 0:
+                actor.load_weights(learner.policy_weights(), learner.updates)
+            run.after_step(actor.stats)
+    except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return run.finish(actor.stats, interrupted=True)
     return run.finish(actor.stats)
 
 

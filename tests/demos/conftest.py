@@ -19,7 +19,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "collect",
         str(path),
         "--task",
-        "PickCube",
+        "pick_cube",
         "-n",
         "20",
         "--device",

@@ -95,8 +95,10 @@ def test_validate_reports_and_repairs_damage(demo_store: Path, tmp_path: Path) -
         f.unlink()
     proc = robot_rl("dataset", "validate", str(tmp_path / "s"), check=False)
     assert proc.returncode == 1 and "INVALID" in proc.stderr
-    report = json.loads(robot_rl("dataset", "validate", str(tmp_path / "s"), "--repair").stdout)
-    assert report["ok"] and report["repair"]["dropped"] == 20 and report["n_episodes"] == 0
+    # Repair would keep nothing (every intact image would go with the state column): it refuses, changing nothing.
+    proc = robot_rl("dataset", "validate", str(tmp_path / "s"), "--repair", check=False)
+    assert proc.returncode == 2 and "left as it is" in proc.stderr and "data/state" in proc.stderr
+    assert any((tmp_path / "s/data/front").glob("c.*")) and not (tmp_path / "s.bak").exists()
 
 
 def test_resume_continues_seeds(demo_store: Path, tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +13,9 @@ import cv2
 import numpy as np
 import pytest
 from demos_util import robot_rl
+
+from robot_rl.demos.report import column_names
+from robot_rl.demos.store import EpisodeStore
 
 
 def _png_ok(path: Path) -> np.ndarray:
@@ -34,33 +39,47 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_html_report_renders_in_headless_chromium(demo_store: Path, tmp_path: Path) -> None:
+# Reports, for every <video> of the page, whether it decodes and plays (Chromium without a codec sets error 4).
+_PROBE = """<script>setInterval(() => { document.body.dataset.videos = JSON.stringify([...document.querySelectorAll(
+"video")].map(v => ({t: v.currentTime, ready: v.readyState, width: v.videoWidth, error: v.error && v.error.code})));
+}, 100);</script>"""
+
+
+def _chromium_run(browser: str, page: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={page.parent / '.ud'}",
+         "--autoplay-policy=no-user-gesture-required", "--hide-scrollbars", *flags, page.as_uri()],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+
+
+def test_html_report_plays_h264_names_state_fields_and_shows_every_episode(demo_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    robot_rl("plot", "report", str(demo_store), "--out", str(out))
+    robot_rl("plot", "report", str(demo_store), "--out", str(out), "--episodes", "0,1,2")
     page = (out / "index.html").read_text()
-    assert "<table>" in page and 'src="dataset.png"' in page and 'src="episode.webm"' in page
-    for f in ("dataset.png", "episode.png", "episode.webm"):
-        assert (out / f).stat().st_size > 0
+    videos = re.findall(r'<video src="([^"]+)"', page)
+    assert videos == ["episode_000.mp4", "episode_001.mp4", "episode_002.mp4"]
+    assert len(re.findall(r'<img src="episode_\d{3}.png"', page)) == 3 and "{'" not in page  # no dict reprs
+    with EpisodeStore(demo_store) as st:
+        layout, width = st.meta(0)["state_layout"], st.episode(0)["state"].shape[1]
+    names = column_names("state", width, layout)  # what plot_episode puts in the state plot's legend
+    assert {"tcp_pos.x", "tcp_pos.z", "gripper_opening", "cube_pos.y"} <= set(names)
+    assert not any(n.startswith("state[") for n in names)
+
     browser = _chromium()
     if browser is None:
         pytest.skip("no Chromium on this machine (Debian: apt-get install chromium) to screenshot the report")
     shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1200,1600",
-            f"--screenshot={shot}",
-            (out / "index.html").as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    proc = _chromium_run(browser, out / "index.html", "--window-size=1200,1600", f"--screenshot={shot}")
     assert shot.is_file(), f"chromium produced no screenshot: {proc.stderr[-2000:]}"
     img = _png_ok(shot)
     assert img.shape[:2] == (1600, 1200)
     assert img.reshape(-1, 3).std(axis=0).max() > 10  # not a blank page: tables and plots rendered
+    probe = out / "probe.html"
+    probe.write_text(page.replace("</body>", _PROBE + "</body>"))
+    dom = _chromium_run(browser, probe, "--virtual-time-budget=3000", "--dump-dom").stdout
+    states = json.loads(html.unescape(re.search(r'data-videos="([^"]*)"', dom).group(1)))
+    assert len(states) == 3
+    for v in states:  # decoded (H.264 in a browser) and playing
+        assert v["error"] is None and v["ready"] >= 2 and v["width"] > 0 and v["t"] > 0, states

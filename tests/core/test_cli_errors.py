@@ -1,0 +1,107 @@
+"""Every user mistake the bench day found, table-driven: exit code 2, one line on stderr naming the problem, no
+traceback, and nothing changed on disk."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robot_rl.cli import main
+from robot_rl.demos.store import EpisodeStore
+
+
+def _store(path: Path, task: str, images: bool, n: int = 2, damaged: bool = False) -> None:
+    with EpisodeStore(path, "a", fsync=False) as st:
+        for _ in range(n):
+            data = {"state": np.zeros((5, 13), np.float32), "action": np.zeros((5, 4), np.float32)}
+            if images:
+                data["front"] = np.zeros((5, 64, 64, 3), np.uint8)
+            st.add_episode(data, {"task": task, "source": "teleop", "seed": 0}, {"state": np.zeros(13, np.float32)})
+    if damaged:
+        chunk = path / "data" / "state" / "c.0.0"
+        chunk.write_bytes(chunk.read_bytes()[:10])
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bench of runs and stores as a person would have them lying around."""
+    root = tmp_path_factory.mktemp("bench")
+    run = root / "run"
+    (run / "checkpoints" / "final").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "final_success_rate": 1.0}))
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "evals.jsonl").write_text("{}\n{}\n{}\n")
+    (root / "half").mkdir()
+    (root / "half" / "config.yaml").write_text("seed: 0\n")  # a failed start: config.yaml only
+    (root / "foreign").mkdir()
+    (root / "foreign" / "config.yaml").write_text("not: [a, robot_rl, config\n")
+    (root / "foreign" / "model.safetensors").write_bytes(b"\0" * 16)
+    _store(root / "pixel", "PickCube", images=True)
+    _store(root / "state", "PickCube", images=False)
+    _store(root / "peg", "PegInsert", images=False)
+    _store(root / "damaged", "PickCube", images=False, damaged=True)
+    return root
+
+
+CASES = [
+    # (command line, with {b} for the bench dir; what the one line must name)
+    ("train run_dir={b}/run loop.env_steps=50", "already holds a run"),
+    ("train loop.env_steps=abc", "loop.env_steps=abc: expected int"),
+    ("train loop.env_steps=-5", "loop.env_steps=-5: must be >= 1"),
+    ("train loop.env_stepz=5", "did you mean loop.env_steps"),
+    ("train task=pick", "task=pick: expected one of"),
+    ("train resume={b}/doesnotexist", "no run there"),
+    ("train demos.path={b}/peg run_dir={b}/new", "holds PegInsert episodes but this run trains PickCube"),
+    ("train demos.path={b}/state run_dir={b}/new obs=pixels", "has no 'front'"),
+    ("dataset merge {b}/pixel {b}/state --out {b}/m", "do not fit together"),
+    ("dataset validate {b}/damaged --repair", "repair would keep nothing"),
+    ("dataset info {b}/nostore", "no episode store"),
+    ("dataset split {b}/pixel --out {b}/run", "already exists"),
+    ("collect {b}/new -n 1 --task PickCub", "invalid choice: 'PickCub'"),
+    ("collect {b}/pixel -n 1", "pass --resume"),
+    ("collect {b}/new -n 0", "must be >= 1"),
+    ("report {b}/half", "holds a finished run"),
+    ("eval {b}/nothing", "no such run dir"),
+    ("eval {b}/half", "neither a run dir nor a checkpoint"),
+    ("eval {b}/run", "checkpoint"),
+    ("eval {b}/foreign", "not a robot_rl checkpoint"),
+    ("eval {b}/run --episodes 0", "--episodes 0: must be >= 1"),
+    ("replay {b}/pixel --episode 7 --reexecute", "episode 7 out of range"),
+    ("replay {b}/pixel", "give --out and/or --reexecute"),
+    ("deploy {b}/run --robot nosuch", "--robot nosuch"),
+    ("plot training {b}/half --out {b}/t.png", "no evaluations"),
+    ("estop hold", "invalid choice: 'hold'"),
+]
+if importlib.util.find_spec("hid") is None:
+    CASES.append(("collect {b}/new -n 1 --device spacemouse", "pip install -e '.[teleop]'"))
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("line, problem", CASES, ids=[c[0].split(" {b}")[0] + " " + c[1][:24] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(bench: Path, capsys, line: str, problem: str) -> None:
+    before = _snapshot(bench)
+    rc = main(line.format(b=bench).split())  # a bug would raise here, i.e. print a traceback
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert problem in err and len(err.splitlines()) == 1, err
+    assert _snapshot(bench) == before
+
+
+def test_the_installed_command_prints_no_traceback(bench: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "dataset", "info", str(bench / "nostore")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "--debug" in subprocess.run([sys.executable, "-m", "robot_rl.cli", "--help"], capture_output=True,
+                                       text=True).stdout  # fmt: skip
+    debug = subprocess.run([sys.executable, "-m", "robot_rl.cli", "--debug", "dataset", "info", str(bench / "nostore")],
+                           capture_output=True, text=True)  # fmt: skip
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
