@@ -7,28 +7,37 @@ deployment node and the robot side hold on: latched, so a node that starts later
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, load_robot_config
 
 __all__ = ["main", "publish_estop"]
+_SETTLE_S = 1.0
 
 
-def publish_estop(robot: RobotConfig, pressed: bool, linger_s: float) -> str:
-    """Publishes the e-stop state and keeps the writer alive `linger_s` seconds: DDS delivers a latched sample to
-    readers only while its writer lives, so a process that exits at once may reach nobody. Returns the topic."""
+def publish_estop(robot: RobotConfig, pressed: bool, wait_s: float) -> tuple[str, int]:
+    """Publishes the e-stop state and keeps the writer alive until a reader matched (up to `wait_s`), then a moment
+    longer: DDS delivers a latched sample only while its writer lives, so a process that exits at once may reach
+    nobody. Returns the topic and how many readers matched."""
     from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 
     cfg = TransportConfig(backend=robot.backend, domain_id=robot.domain_id, namespace=robot.namespace,
                           node_name="robot_rl_estop")  # fmt: skip
     tx = make_transport(cfg)
     try:
-        tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS).publish(msgs.scalar(msgs.BOOL, pressed))
-        time.sleep(linger_s)
+        pub = tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS)
+        pub.publish(msgs.scalar(msgs.BOOL, pressed))
+        deadline = time.monotonic() + wait_s
+        while pub.matched() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if pub.matched():
+            time.sleep(_SETTLE_S)  # the matched readers take the latched sample; others discovered meanwhile too
+        matched = pub.matched()
     finally:
         tx.close()
-    return cfg.resolve(robot.estop_topic)
+    return cfg.resolve(robot.estop_topic), matched
 
 
 def main(argv: list[str]) -> int:
@@ -36,11 +45,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("action", choices=("press", "release"), help="press: stop the robot and hold; release: clear it")
     p.add_argument("--robot", default="sim", help="sim | franka | ur5e | path to a robot yaml (names the topic)")
     p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
-    p.add_argument("--linger", type=float, default=2.0, help="seconds to stay on the graph so every node hears it")
+    p.add_argument("--wait", type=float, default=10.0, help="seconds to wait for a node that listens on the e-stop")
     ns = p.parse_args(argv)
     robot = load_robot_config(ns.robot)
     if ns.domain is not None:
         robot.domain_id = ns.domain
-    topic = publish_estop(robot, ns.action == "press", max(0.0, ns.linger))
-    print(f"e-stop {'pressed' if ns.action == 'press' else 'released'} on {topic} (domain {robot.domain_id})")
+    topic, heard = publish_estop(robot, ns.action == "press", max(0.0, ns.wait))
+    done = "pressed" if ns.action == "press" else "released"
+    if not heard:
+        print(f"e-stop {done} on {topic} (domain {robot.domain_id}) but no node listens there", file=sys.stderr)
+        return 1
+    print(f"e-stop {done} on {topic} (domain {robot.domain_id}); {heard} node endpoint(s) heard it")
     return 0

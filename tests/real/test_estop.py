@@ -1,41 +1,38 @@
-"""`robot-rl estop press|release`: argument handling, and what it hands the transport (no ROS graph needed)."""
+"""`robot-rl estop press|release`: against a running sim robot, and its argument handling."""
 
 from __future__ import annotations
 
 import pytest
+from plain_ros import PlainNode, msg_type
+from real_util import spawn, stop
 
 from robot_rl.cli import main
-from robot_rl.real import estop, msgs
-from robot_rl.real.config import load_robot_config
+from robot_rl.real import estop
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, str, object, bool]] = []
-        self.closed = False
-
-    def publisher(self, topic: str, ros_type: str, qos: object) -> FakeTransport:
-        self.topic, self.ros_type, self.qos = topic, ros_type, qos
-        return self
-
-    def publish(self, msg: object) -> None:
-        self.published.append((self.topic, self.ros_type, self.qos, msg.data))
-
-    def close(self) -> None:
-        self.closed = True
-
-
-@pytest.mark.parametrize("action, pressed", [("press", True), ("release", False)])
-def test_estop_publishes_on_the_robots_latched_topic(monkeypatch, capsys, action: str, pressed: bool) -> None:
-    import robot_rl.transport as transport
-
-    fake, configs = FakeTransport(), []
-    monkeypatch.setattr(transport, "make_transport", lambda cfg: configs.append(cfg) or fake)
-    assert main(["estop", action, "--robot", "franka", "--domain", "7", "--linger", "0"]) == 0
-    topic = load_robot_config("franka").estop_topic
-    assert fake.published == [(topic, msgs.BOOL, transport.LATCHED_QOS, pressed)] and fake.closed
-    assert configs[0].domain_id == 7
-    assert f"{'pressed' if pressed else 'released'} on {configs[0].resolve(topic)}" in capsys.readouterr().out
+@pytest.mark.ros2
+@pytest.mark.slow
+def test_estop_press_holds_the_sim_robot_and_release_frees_the_next_episode(domain: int) -> None:
+    """`robot-rl estop press` from a shell holds a running sim robot (its status says why); after `release`, the
+    next reset frees it."""
+    sim = spawn("sim-robot", "--domain", str(domain))
+    try:
+        with PlainNode(domain) as peer:
+            status = peer.subscribe("/robot_rl/robot_status", "std_msgs/msg/String")
+            peer.spin_until(lambda: bool(status) and status[-1].data == "ok", 60, "the sim robot")
+            press = spawn("estop", "press", "--domain", str(domain))
+            peer.spin_until(lambda: status[-1].data == "hold: estop", 30, "the hold")
+            out, _ = press.communicate(timeout=30)
+            assert press.returncode == 0 and "pressed on /robot_rl/estop" in out and "heard it" in out
+            release = spawn("estop", "release", "--domain", str(domain))
+            assert release.wait(timeout=30) == 0
+            reset = peer.publisher("/robot_rl/reset", "std_msgs/msg/Int64")
+            seed = msg_type("std_msgs/msg/Int64")()
+            seed.data = 3
+            reset.publish(seed)
+            peer.spin_until(lambda: status[-1].data == "ok", 30, "the robot freed by release + reset")
+    finally:
+        stop(sim)
 
 
 @pytest.mark.parametrize(
@@ -47,3 +44,11 @@ def test_estop_mistakes_are_one_line(monkeypatch, capsys, args: list[str], probl
     assert main(["estop", *args]) == 2
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.ros2
+def test_estop_nobody_heard_is_a_failure(domain: int) -> None:
+    """An e-stop that reached no node must not look like it worked."""
+    press = spawn("estop", "press", "--domain", str(domain), "--wait", "1")
+    out, err = press.communicate(timeout=60)
+    assert press.returncode == 1 and "no node listens" in err, (out, err)
