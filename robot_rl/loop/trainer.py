@@ -60,7 +60,8 @@ def seed_everything(seed: int) -> None:
 
 def default_run_dir(cfg: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{stamp}"
+    task = cfg.env.task.replace("/", "_")  # gymnasium ids like gym_hil/PandaPickCubeBase-v0: one folder
+    return Path("runs") / f"{task}-{cfg.env.obs}-s{cfg.seed}-{stamp}"
 
 
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
