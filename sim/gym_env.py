@@ -10,6 +10,7 @@ a `privileged` plug-in (`module:Class`, e.g. sim/gym_hil.py) or refuses them wit
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = ["GymConfig", "GymEnv", "NoPrivilegedState"]
 
 @dataclass
 class GymConfig:
+    module: str = ""  # imported first, to register its ids; "" = the id's namespace if it names a module (gym_hil)
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gym.make
     state_keys: list[str] = field(default_factory=list)  # entries concatenated into `state`; [] = all non-images
     cameras: dict[str, str] = field(default_factory=dict)  # our camera name -> image entry; {} = all images
@@ -67,6 +69,9 @@ class GymEnv(gym.Env):
 
     def __init__(self, task: str, cfg: GymConfig, obs: str = "state", image_size: int = 64, max_steps: int = 0):
         kwargs = dict(cfg.kwargs) | ({"max_episode_steps": max_steps} if max_steps else {})
+        namespace = task.split("/", 1)[0] if "/" in task else ""
+        if cfg.module or (namespace and importlib.util.find_spec(namespace) is not None):
+            importlib.import_module(cfg.module or namespace)
         self.env = gym.make(task, **kwargs)
         self.task, self.cfg, self.image_size = task, cfg, image_size
         leaves = _leaves(self.env.observation_space)
