@@ -26,6 +26,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.sim.gym_env import GymConfig, GymEnv
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
 
@@ -70,8 +71,8 @@ _TASKS: dict[str, _TaskSpec] = {
 
 @dataclass
 class EnvConfig:
-    task: str = "PickCube"  # PickCube | PegInsert, or a ManiSkill id (PickCube-v1, ...) with sim=maniskill
-    sim: str = "auto"  # mujoco | maniskill | auto (by task name: ManiSkill ids end in -v<N>)
+    task: str = "PickCube"  # PickCube | PegInsert, a ManiSkill id (PickCube-v1, ...), or any gymnasium id with sim=gym
+    sim: str = "auto"  # mujoco | maniskill | gym | auto (by task name: ManiSkill ids end in -v<N>)
     obs: str = "state"  # state | pixels | both  (pixels: cameras + proprio only)
     cameras: tuple[str, ...] = ("front", "wrist")
     image_size: int = 64
@@ -83,6 +84,7 @@ class EnvConfig:
     max_step: float = 0.025  # metres of target motion per step at |action| = 1
     max_yaw_step: float = 0.25  # radians per step at |action| = 1
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
 
 class PandaEnv(gym.Env):
@@ -386,8 +388,16 @@ def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
     from robot_rl.sim.maniskill import is_maniskill_task, make_maniskill_env  # numpy-only until it builds one
 
     sim = cfg.sim if cfg.sim != "auto" else ("maniskill" if is_maniskill_task(cfg.task) else "mujoco")
-    if sim not in ("mujoco", "maniskill"):
-        raise ValueError(f"unknown sim {cfg.sim!r}; expected mujoco, maniskill or auto")
+    if sim not in ("mujoco", "maniskill", "gym"):
+        raise ValueError(f"unknown sim {cfg.sim!r}; expected mujoco, maniskill, gym or auto")
+    if sim == "gym":
+        if not is_default(cfg.randomization):
+            raise ValueError("env.randomization applies to the MuJoCo tasks; leave it at its default with sim=gym")
+        env: gym.Env = GymEnv(cfg.task, cfg.gym, cfg.obs, cfg.image_size, cfg.max_episode_steps)
+        if seed is not None:
+            env.reset(seed=seed)
+            env.action_space.seed(seed)
+        return env
     if sim == "mujoco" and is_maniskill_task(cfg.task):
         raise ValueError(f"task {cfg.task!r} is a ManiSkill task: add sim=maniskill (sim=mujoco runs {TASKS})")
     if sim == "maniskill" and not is_maniskill_task(cfg.task):

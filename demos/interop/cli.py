@@ -15,7 +15,10 @@ def main(argv: list[str]) -> int:
     s = sub.add_parser("lerobot-export", help="store -> LeRobot v3.0 dataset directory")
     s.add_argument("store", type=Path)
     s.add_argument("out", type=Path)
-    s.add_argument("--fps", type=float, default=10.0)
+    s.add_argument("--fps", type=int, default=10, help="control rate; LeRobot stores an integer")
+    s.add_argument("--vcodec", choices=["libsvtav1", "h264"], default="libsvtav1", help="AV1 (LeRobot's default)")
+    s.add_argument("--robot-type", default="panda", help="'' for none")
+    s.add_argument("--image-key", action="append", default=[], help="camera stored as PNG frames, not video")
     s = sub.add_parser("lerobot-import", help="LeRobot v3.0 dataset directory -> new store")
     s.add_argument("root", type=Path)
     s.add_argument("out", type=Path)
@@ -44,11 +47,13 @@ def main(argv: list[str]) -> int:
     if ns.cmd == "lerobot-export":
         from robot_rl.demos.interop.lerobot import export_lerobot
 
-        result: object = export_lerobot(ns.store, ns.out, fps=ns.fps)
+        result: object = export_lerobot(
+            ns.store, ns.out, fps=ns.fps, robot_type=ns.robot_type, vcodec=ns.vcodec, image_keys=tuple(ns.image_key)
+        )
     elif ns.cmd == "lerobot-import":
         from robot_rl.demos.interop.lerobot import import_lerobot
 
-        result = {"episodes": import_lerobot(ns.root, ns.out, source=ns.source)}
+        result = import_lerobot(ns.root, ns.out, source=ns.source)
     elif ns.cmd == "rosbag":
         from robot_rl.demos.interop.rosbag import import_rosbag
 

@@ -62,7 +62,8 @@ def seed_everything(seed: int) -> None:
 
 def default_run_dir(cfg: TrainConfig) -> Path:
     """runs/<task>-<obs>-s<seed>-<time>, with -2, -3 ... when two runs start in the same second."""
-    base = Path("runs") / f"{cfg.env.task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    task = cfg.env.task.replace("/", "_")  # gymnasium ids like gym_hil/PandaPickCubeBase-v0: one folder
+    base = Path("runs") / f"{task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, n = base, 1
     while path.exists():
         n += 1
