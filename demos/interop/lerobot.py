@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-<<<<<<< HEAD
-from robot_rl.demos.replay import camera_keys, write_video
-from robot_rl.demos.store import EpisodeStore, staged_store
-=======
 from robot_rl.demos.interop.lerobot_stats import aggregate_stats, episode_stats
 from robot_rl.demos.interop.video import decode_video, encode_video, stream_info
 from robot_rl.demos.replay import camera_keys
-from robot_rl.demos.store import EpisodeStore
->>>>>>> issue-17
+from robot_rl.demos.store import EpisodeStore, StoreExistsError, staged_path, staged_store
 
 __all__ = ["export_lerobot", "import_lerobot", "lerobot_name"]
 
@@ -163,7 +157,7 @@ def export_lerobot(
     """
     out = Path(out)
     if out.exists():
-        raise FileExistsError(f"{out} exists; refusing to overwrite")
+        raise StoreExistsError(f"{out} exists; refusing to overwrite")
     if float(fps) != int(fps) or int(fps) <= 0:
         raise ValueError(f"LeRobot stores fps as a positive integer, got {fps}")
     fps = int(fps)
@@ -231,8 +225,7 @@ def export_lerobot(
     hf = {"info": {"features": {c: _hf_feature(features[c]) for c in columns}}}
     data = pa.table(columns).replace_schema_metadata({b"huggingface": json.dumps(hf).encode()})
 
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
+    with staged_path(out) as tmp:  # whole or not at all
         data_file = tmp / DATA_PATH.format(chunk_index=0, file_index=0)
         data_file.parent.mkdir(parents=True)
         pq.write_table(data, data_file, compression="snappy")
@@ -292,9 +285,6 @@ def export_lerobot(
         stats = {name: {k: v.tolist() for k, v in s.items()} for name, s in aggregate_stats(ep_stats).items()}
         (tmp / "meta/info.json").write_text(json.dumps(info, indent=4))
         (tmp / "meta/stats.json").write_text(json.dumps(stats, indent=4))
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {"episodes": n, "frames": int(ends[-1]), "cameras": cams, "vcodec": vcodec, "out": str(out)}
 
 
@@ -394,19 +384,6 @@ def _plan(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[int, s
             dropped.append(name)  # the store holds numbers only
         else:
             shape = tuple(feat["shape"])
-<<<<<<< HEAD
-            spec[name] = (_default_key(name), np.dtype(feat["dtype"]), () if shape == (1,) else shape)
-    videos: dict[tuple[str, int, int], np.ndarray] = {}
-    n = 0
-    with staged_store(out) as dst:  # whole or not at all: a failed import leaves no half-written store
-        for e in episodes:
-            lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-            rows = np.searchsorted(index, np.arange(lo, hi))
-            ep: dict[str, np.ndarray] = {}
-            for name, (key, dtype, shape) in spec.items():
-                if info["features"][name]["dtype"] == "video":
-                    ep[key] = _episode_frames(root, info, e, name, videos, fps, hi - lo)
-=======
             spec[name] = (_default_key(name), np.dtype(kind), () if shape == (1,) else shape, kind)
     keys = [s[0] for s in spec.values()]
     if len(set(keys)) != len(keys):
@@ -450,7 +427,7 @@ def import_lerobot(root: str | os.PathLike[str], out: str | os.PathLike[str], so
     """
     root, out = Path(root), Path(out)
     if out.exists():
-        raise FileExistsError(f"{out} exists; import into a new store")
+        raise StoreExistsError(f"{out} exists; import into a new store")
     info, episodes, tasks, spec, dropped = _plan(root)
     fps = float(info["fps"])
     ours = info.get("robot_rl", {})
@@ -459,57 +436,51 @@ def import_lerobot(root: str | os.PathLike[str], out: str | os.PathLike[str], so
     index = data.column("index").to_numpy()
     videos: dict[str, Any] = {}
     success_from: set[str] = set()
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        with EpisodeStore(tmp, "a") as dst:
-            for e in episodes:
-                lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-                rows = np.searchsorted(index, np.arange(lo, hi))
-                if np.any(rows >= len(index)) or not np.array_equal(index[np.minimum(rows, len(index) - 1)],
-                                                                   np.arange(lo, hi)):  # fmt: skip
-                    raise ValueError(f"{root}: episode {e['episode_index']} rows [{lo}, {hi}) are not all in data/")
-                ep: dict[str, np.ndarray] = {}
-                for name, (key, dtype, shape, kind) in spec.items():
-                    if kind == "video":
-                        ep[key] = _episode_frames(root, info, e, name, videos, fps, hi - lo)
-                    elif kind == "image":
-                        ep[key] = _decode_images(data.column(name).take(rows), root, name)
-                    else:
-                        ep[key] = _from_arrow(data.column(name).take(rows), dtype, shape)
-                if "robot_rl/meta" in e:
-                    meta = json.loads(e["robot_rl/meta"])
->>>>>>> issue-17
+    with staged_store(out) as dst:  # whole or not at all: a failed import leaves nothing behind
+        for e in episodes:
+            lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
+            rows = np.searchsorted(index, np.arange(lo, hi))
+            if np.any(rows >= len(index)) or not np.array_equal(index[np.minimum(rows, len(index) - 1)],
+                                                               np.arange(lo, hi)):  # fmt: skip
+                raise ValueError(f"{root}: episode {e['episode_index']} rows [{lo}, {hi}) are not all in data/")
+            ep: dict[str, np.ndarray] = {}
+            for name, (key, dtype, shape, kind) in spec.items():
+                if kind == "video":
+                    ep[key] = _episode_frames(root, info, e, name, videos, fps, hi - lo)
+                elif kind == "image":
+                    ep[key] = _decode_images(data.column(name).take(rows), root, name)
                 else:
-                    frame_tasks = [tasks[int(t)] for t in data.column("task_index").take(rows).to_pylist()]
-                    ep_tasks = list(dict.fromkeys(e.get("tasks") or frame_tasks))
-                    meta = {"source": source, "task": frame_tasks[0], "instruction": frame_tasks[0], "length": hi - lo}
-                    meta |= {"tasks": ep_tasks} if len(ep_tasks) > 1 else {}
-                    success, how = _success(ep)
-                    success_from.add(how)
-                    if success is not None:
-                        meta["success"] = success
-                    stats: dict[str, dict[str, Any]] = {}
-                    for col, v in e.items():
-                        if col.startswith("stats/") and v is not None:
-                            feature, stat = col[len("stats/") :].rsplit("/", 1)
-                            stats.setdefault(feature, {})[stat] = v
-                    meta["lerobot_stats"] = stats
-                    meta["lerobot_features"] = {
-                        key: {"name": name, "dtype": kind, "names": info["features"][name].get("names")}
-                        for name, (key, _, _, kind) in spec.items()
-                    }
-                if ours.get("final_keys"):
-                    final = {
-                        k: np.frombuffer(e[f"robot_rl/final/{k}"], np.dtype(s["dtype"])).reshape(s["shape"]).copy()
-                        for k, s in ours["final_keys"].items()
-                    }
-                else:
-                    obs_keys = {key for name, (key, *_) in spec.items() if name.startswith("observation.")}
-                    final = {key: v[-1] for key, v in ep.items() if key in obs_keys}
-                dst.add_episode(ep, meta={**meta, "imported_from": str(root)}, final=final)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+                    ep[key] = _from_arrow(data.column(name).take(rows), dtype, shape)
+            if "robot_rl/meta" in e:
+                meta = json.loads(e["robot_rl/meta"])
+            else:
+                frame_tasks = [tasks[int(t)] for t in data.column("task_index").take(rows).to_pylist()]
+                ep_tasks = list(dict.fromkeys(e.get("tasks") or frame_tasks))
+                meta = {"source": source, "task": frame_tasks[0], "instruction": frame_tasks[0], "length": hi - lo}
+                meta |= {"tasks": ep_tasks} if len(ep_tasks) > 1 else {}
+                success, how = _success(ep)
+                success_from.add(how)
+                if success is not None:
+                    meta["success"] = success
+                stats: dict[str, dict[str, Any]] = {}
+                for col, v in e.items():
+                    if col.startswith("stats/") and v is not None:
+                        feature, stat = col[len("stats/") :].rsplit("/", 1)
+                        stats.setdefault(feature, {})[stat] = v
+                meta["lerobot_stats"] = stats
+                meta["lerobot_features"] = {
+                    key: {"name": name, "dtype": kind, "names": info["features"][name].get("names")}
+                    for name, (key, _, _, kind) in spec.items()
+                }
+            if ours.get("final_keys"):
+                final = {
+                    k: np.frombuffer(e[f"robot_rl/final/{k}"], np.dtype(s["dtype"])).reshape(s["shape"]).copy()
+                    for k, s in ours["final_keys"].items()
+                }
+            else:
+                obs_keys = {key for name, (key, *_) in spec.items() if name.startswith("observation.")}
+                final = {key: v[-1] for key, v in ep.items() if key in obs_keys}
+            dst.add_episode(ep, meta={**meta, "imported_from": str(root)}, final=final)
     summary: dict[str, Any] = {"episodes": len(episodes), "frames": int(len(index)), "out": str(out)}
     summary["keys"] = {name: s[0] for name, s in spec.items()}
     if dropped:
