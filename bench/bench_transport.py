@@ -45,7 +45,7 @@ ACTION_T = "std_msgs/msg/Float64MultiArray"
 ROS_TOPIC, ROS_QOS = "transitions_ros", TopicQos(depth=None, max_samples=64)  # the same bytes on a ROS 2 topic
 ACK_T = "std_msgs/msg/String"
 JOINT_T, JOINTS = "sensor_msgs/msg/JointState", 9
-STATE_QOS = TopicQos(reliable=True, depth=100)  # reliable both ends: the rate counts every message
+STATE_QOS = TopicQos(depth=None, max_samples=1000)  # reliable keep-all both ends: the rate counts every message
 
 
 def cfg(name: str, domain: int) -> TransportConfig:
@@ -77,6 +77,15 @@ def wait_until(pred, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def retry(publish) -> None:
+    """A keep-all topic whose reader is behind refuses the sample (after Fast DDS's 100 ms): send it again."""
+    while True:
+        try:
+            return publish()
+        except (BackpressureTimeout, RuntimeError):  # ours, or rclpy's RCLError for the plain publisher
+            time.sleep(0.001)
+
+
 def child(role: str, domain: int, arg: int) -> None:
     with make_transport(cfg(role, domain)) as tr:
         if role == "send":
@@ -97,12 +106,7 @@ def child(role: str, domain: int, arg: int) -> None:
                    else tr.publisher(ROS_TOPIC, BATCH_T, ROS_QOS))  # fmt: skip
             wait_until(lambda: pub.matched() >= 1)
             for _ in range(arg // batch):
-                while True:
-                    try:
-                        pub.publish_raw(raw)
-                        break
-                    except BackpressureTimeout:  # a ROS topic's keep-all history is full: the reader is behind
-                        time.sleep(0.001)
+                retry(lambda: pub.publish_raw(raw))
             pub.wait_drained(60) if bulk else time.sleep(5.0)  # the receiver counts; it may still be taking
         elif role == "joints":  # robot state as our sim robot publishes it: rosbags CDR through rclpy
             from robot_rl.real import msgs
@@ -111,7 +115,7 @@ def child(role: str, domain: int, arg: int) -> None:
             names, zeros = [f"j{i}" for i in range(JOINTS)], np.zeros(JOINTS)
             wait_until(lambda: pub.matched() >= 1)
             for _ in range(arg):
-                pub.publish(msgs.joint_state(names, zeros, zeros, time.time()))
+                retry(lambda: pub.publish(msgs.joint_state(names, zeros, zeros, time.time())))
             time.sleep(5.0)
         elif role == "echo":
             sub, pub = tr.subscription("action", ACTION_T), tr.publisher("action_echo", ACTION_T)
@@ -136,20 +140,20 @@ def child(role: str, domain: int, arg: int) -> None:
 def plain_joints(domain: int, n: int) -> None:
     """The baseline publisher: a plain rclpy node with the generated JointState class, as a robot driver does it."""
     import rclpy
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rclpy.qos import HistoryPolicy, QoSProfile
     from sensor_msgs.msg import JointState
 
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("plain_joints")
-    pub = node.create_publisher(JointState, "/robot_rl/joint_states", QoSProfile(depth=100,
-                                reliability=ReliabilityPolicy.RELIABLE))  # fmt: skip
+    pub = node.create_publisher(JointState, "/robot_rl/joint_states", QoSProfile(depth=1000,
+                                history=HistoryPolicy.KEEP_ALL))  # fmt: skip
     wait_until(lambda: pub.get_subscription_count() >= 1)
     names = [f"j{i}" for i in range(JOINTS)]
     for _ in range(n):
         m = JointState(name=names, position=[0.0] * JOINTS, velocity=[0.0] * JOINTS)
         sec, nsec = divmod(time.time_ns(), 10**9)
         m.header.stamp.sec, m.header.stamp.nanosec = sec, nsec
-        pub.publish(m)
+        retry(lambda m=m: pub.publish(m))
     time.sleep(5.0)
     rclpy.shutdown()
 
