@@ -92,7 +92,11 @@ def deploy(
     stopped = ""
     try:
         for ep in range(episodes):
-            obs, info = env.reset(seed=seed + ep)
+            try:
+                obs, info = env.reset(seed=seed + ep)
+            except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
+                stopped = f"SafetyStop: {e}"
+                break
             policy.reset()
             if device is not None:
                 device.reset()

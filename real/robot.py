@@ -35,6 +35,7 @@ COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
 STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "last_action", *OBJECT_FIELDS)
+_ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
 
 
@@ -137,6 +138,9 @@ class RobotEnv(gym.Env):
         if cfg.success_topic:
             self._subs["success"] = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
         self._estop = EstopListener(self.tx, cfg.estop_topic)
+        # Robots that report their own hold (the sim robot; drivers that do not publish it leave this silent).
+        self._status_sub = self.tx.subscription(cfg.status_topic, msgs.STRING, LATCHED_QOS)
+        self._robot_estop = False
         self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
         cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
         self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
@@ -167,6 +171,10 @@ class RobotEnv(gym.Env):
                 self._latest[key] = (got[-1], now)
         if self._estop.poll():
             self.safety.estop("estop topic")
+        if status := self._status_sub.take():
+            self._robot_estop = status[-1].data == "hold: estop"
+            if self._robot_estop:
+                self.safety.estop("estop held by the robot")
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
 
@@ -308,8 +316,12 @@ class RobotEnv(gym.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self._poll()
-        if self._estop.pressed:
-            raise SafetyStop("e-stop is pressed; release it (publish False on the estop topic) to continue")
+        deadline = time.monotonic() + _ROBOT_CLEARS_S
+        while self._robot_estop and not self._estop.pressed and time.monotonic() < deadline:
+            time.sleep(0.01)  # released here: the robot's status has not caught up yet
+            self._poll()
+        if self._estop.pressed or self._robot_estop:
+            raise SafetyStop("e-stop is pressed; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31))
@@ -321,6 +333,8 @@ class RobotEnv(gym.Env):
             input(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
         since = time.time()
         self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "fresh state")
+        if self._robot_estop:  # the robot answered the reset and still holds its e-stop (its status is latched)
+            raise SafetyStop("e-stop is pressed on the robot side; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
         self._prev_tcp = None
         self._t = 0

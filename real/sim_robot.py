@@ -38,7 +38,7 @@ from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
-from robot_rl.transport import Transport, TransportConfig, make_transport
+from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
 
 log = logging.getLogger("robot_rl.sim_robot")
 _ENV_MAX_STEP = 0.2  # metres: far above any safe per-tick motion, so the env never clips a commanded target
@@ -98,7 +98,7 @@ class SimRobot:
             "ee": self.tx.publisher(robot.ee_pose_topic, msgs.POSE, STATE_QOS),
             "object": self.tx.publisher(robot.object_pose_topic or "object_pose", msgs.POSE, STATE_QOS),
             "success": self.tx.publisher(robot.success_topic or "success", msgs.BOOL, STATE_QOS),
-            "status": self.tx.publisher(robot.status_topic, msgs.STRING),
+            "status": self.tx.publisher(robot.status_topic, msgs.STRING, LATCHED_QOS),  # late joiners see a hold
             "reset_done": self.tx.publisher(robot.reset_done_topic, msgs.INT64),
         }
         cams = {c.name: c for c in robot.cameras}
@@ -144,8 +144,6 @@ class SimRobot:
             log.warning("holding: %s", reason)
 
     def _drain(self, now: float) -> None:
-        if self._estop.poll() or self._estop.pressed:  # held while pressed, through resets too
-            self.watchdog.trip("estop")
         for m in self._cmd_sub.take():
             if msgs.stamp_of(m) >= self._reset_time:  # a late command from the previous episode must not act
                 self.watchdog.feed_action(now)
@@ -156,6 +154,8 @@ class SimRobot:
             self._reset_scene(int(m.data))
             self._publish_state(time.time())
             self._pubs["reset_done"].publish(msgs.scalar(msgs.INT64, int(m.data)))
+        if self._estop.poll() or self._estop.pressed:  # after resets: held while pressed, through resets too
+            self.watchdog.trip("estop")
 
     def _apply_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:
@@ -191,6 +191,8 @@ class SimRobot:
 
     def _publish_status(self, now: float) -> None:
         status = "ok" if self.hold_reason is None else f"hold: {self.hold_reason}"
+        if self.hold_reason == "estop" and not self._estop.pressed:
+            status = "hold: estop released, waiting for a reset"  # a deploy node may reset now
         if status != self._status or now - self._status_sent > 0.5:
             self._pubs["status"].publish(msgs.string(status))
             self._status, self._status_sent = status, now

@@ -52,3 +52,21 @@ def test_estop_nobody_heard_is_a_failure(domain: int) -> None:
     press = spawn("estop", "press", "--domain", str(domain), "--wait", "1")
     out, err = press.communicate(timeout=60)
     assert press.returncode == 1 and "no node listens" in err, (out, err)
+
+
+@pytest.mark.ros2
+@pytest.mark.slow
+def test_deploy_refuses_to_start_while_the_robot_holds_an_estop(checkpoint, domain: int) -> None:
+    """The e-stop outlives the process that pressed it: the robot side keeps holding, and the next deploy sees that
+    and stops with exit 3 before moving anything."""
+    sim = spawn("sim-robot", "--domain", str(domain))
+    try:
+        press = spawn("estop", "press", "--domain", str(domain))
+        assert press.wait(timeout=60) == 0
+        dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", "2", "--quiet",
+                    "reset_timeout_s=60")  # fmt: skip
+        out, err = dep.communicate(timeout=120)
+        assert dep.returncode == 3, err[-2000:]
+        assert "stopped by SafetyStop: e-stop is pressed" in err and "Traceback" not in err
+    finally:
+        stop(sim)
