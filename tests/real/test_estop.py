@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from plain_ros import PlainNode, msg_type
 from real_util import spawn, stop
@@ -67,6 +69,9 @@ def test_deploy_refuses_to_start_while_the_robot_holds_an_estop(checkpoint, doma
                     "reset_timeout_s=60")  # fmt: skip
         out, err = dep.communicate(timeout=120)
         assert dep.returncode == 3, err[-2000:]
-        assert "stopped by SafetyStop: e-stop is pressed" in err and "Traceback" not in err
+        # Refused at the reset, or at the first step if the robot's latched status arrived only then (its hold
+        # command is all that step sends): either way before any motion.
+        assert "stopped by SafetyStop:" in err and ("e-stop is pressed" in err or "estop held by the robot" in err)
+        assert "Traceback" not in err and all(r["steps"] == 0 for r in json.loads(out)["per_episode"])
     finally:
         stop(sim)
