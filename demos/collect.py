@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,20 +62,33 @@ class CollectConfig:
     seed: int = 0
     hz: float = 0.0  # pace the loop (human devices); 0 = as fast as possible
     max_attempts_factor: int = 3
+    env: Any = None  # the EnvConfig `train` composes (sim, gym mapping, ...); None: a default env of `task`
+
+
+def env_config(cfg: CollectConfig) -> Any:
+    """The EnvConfig episodes run in: `cfg.env` (or the task's default) with what collect itself decides."""
+    from robot_rl.sim.envs import EnvConfig
+
+    return dataclasses.replace(
+        cfg.env or EnvConfig(),
+        task=cfg.task,
+        obs=cfg.obs,
+        cameras=tuple(cfg.cameras),
+        image_size=cfg.image_size,
+        max_episode_steps=cfg.max_episode_steps,
+    )
+
+
+def _plain(env_cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(env_cfg))  # type: ignore[return-value]
 
 
 def _make_sim_env(cfg: CollectConfig) -> gym.Env:
-    from robot_rl.sim.envs import EnvConfig, make_env
+    from robot_rl.sim.envs import make_env
 
-    return make_env(
-        EnvConfig(
-            task=cfg.task,
-            obs=cfg.obs,
-            cameras=tuple(cfg.cameras),
-            image_size=cfg.image_size,
-            max_episode_steps=cfg.max_episode_steps,
-        )
-    )
+    return make_env(env_config(cfg))
 
 
 # backend name -> env factory.  A backend's env follows the gym API with dict obs ("state" + uint8 camera
@@ -265,6 +279,8 @@ def collect_to_store(
     """
     own_env = env is None
     env = make_collect_env(cfg) if env is None else env
+    # How to build this env again (replay --reexecute): the sim env's config, not the name of a task.
+    env_record = _plain(env_config(cfg)) if cfg.backend == "sim" else None
     instruction = cfg.instruction or TASK_INSTRUCTIONS.get(cfg.task, cfg.task)
     seeds = [store.meta(i).get("seed") for i in range(len(store))]
     seed = max([cfg.seed - 1, *(s for s in seeds if isinstance(s, int))]) + 1
@@ -305,7 +321,7 @@ def collect_to_store(
                     break
                 continue
             t = time.monotonic()
-            store.add_episode(ep.data, meta=ep.meta, final=ep.final)
+            store.add_episode(ep.data, meta={**ep.meta, "env": env_record}, final=ep.final)
             stats.write_s += time.monotonic() - t
             stats.bytes_written += ep.nbytes
             stats.kept += 1
@@ -357,6 +373,14 @@ def main(argv: list[str]) -> int:
         help="who drives: the scripted expert, or a person (spacemouse, gamepad: pip install -e '.[teleop]')",
     )
     p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS), help="where episodes run")
+    p.add_argument("--sim", default="", help="simulator config as in `train sim=` (mujoco, maniskill, gym, gym_hil)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env settings as in `train env.KEY=VALUE` (repeatable), e.g. gym.kwargs.random_block_position=true",
+    )
     p.add_argument("--obs", default="both", choices=("state", "pixels", "both"), help="what is recorded")
     p.add_argument("--cameras", default="front,wrist", help="comma-separated camera names")
     p.add_argument("--image-size", type=int, default=64, help="camera frame height and width in pixels")
@@ -378,8 +402,14 @@ def main(argv: list[str]) -> int:
     hz = ns.hz if ns.hz is not None else (10.0 if human else 0.0)
     if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1:
         raise UserError("--episodes and --image-size must be >= 1, --hz and --max-steps >= 0")
+    from robot_rl.cli import load_config  # the env exactly as `train` composes it, through the one env factory
+
+    env_cfg = load_config(
+        [f"task={ns.task}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]
+    ).env
     cfg = CollectConfig(
-        task=tasks[ns.task],
+        task=env_cfg.task,
+        env=env_cfg,
         backend=ns.backend,
         obs=ns.obs,
         cameras=tuple(c for c in ns.cameras.split(",") if c),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -124,21 +125,34 @@ def render_episode(
     }
 
 
+def replay_env_config(meta: dict[str, Any], steps: int, yaw: bool) -> Any:
+    """The env an episode ran in, state observations only: its recorded EnvConfig (any sim the factory builds,
+    foreign gymnasium envs included), or for stores that predate it, the default env of its task."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.sim.envs import EnvConfig
+
+    if meta.get("env"):
+        recorded = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EnvConfig), meta["env"]))
+        return dataclasses.replace(recorded, obs="state", max_episode_steps=steps)
+    return EnvConfig(task=meta["task"], obs="state", yaw=yaw, max_episode_steps=steps)
+
+
 def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) -> dict[str, Any]:
     """Re-run the stored actions from the stored seed; report how far the proprio/state trajectory drifts.
 
     The env is rebuilt with obs="state" (no rendering); stored states from pixel-only stores are the
     proprio prefix of the full state, so the comparison uses the stored width.
     """
-    from robot_rl.sim.envs import EnvConfig, make_env
+    from robot_rl.sim.envs import make_env
 
     with EpisodeStore(store, "r") as st:
         meta = st.meta(episode)
         ep = st.episode(episode, [k for k in ("state", "action", "reward") if k in st.keys])
-    if "seed" not in meta or "task" not in meta:
+    if "seed" not in meta or ("task" not in meta and not meta.get("env")):
         raise ValueError(f"episode {episode} meta lacks 'seed'/'task'; cannot re-execute")
     actions = ep["action"]
-    env = make_env(EnvConfig(task=meta["task"], obs="state", yaw=actions.shape[1] == 5, max_episode_steps=len(actions)))
+    env = make_env(replay_env_config(meta, len(actions), yaw=actions.shape[1] == 5))
     try:
         obs, info = env.reset(seed=int(meta["seed"]))
         states, rewards, success = [], [], bool(info["success"])
