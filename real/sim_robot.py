@@ -150,11 +150,15 @@ class SimRobot:
                 self._pending.append((now + self.cfg.latency_s, "cmd", m))
         for m in self._grip_sub.take():
             self._pending.append((now + self.cfg.latency_s, "gripper", m))
+        pressed = self._estop.poll() or self._estop.pressed
         for m in self._reset_sub.take():  # after the commands: a reset drops whatever was still pending
-            self._reset_scene(int(m.data))
-            self._publish_state(time.time())
+            if pressed:  # a reset moves the arm: not while the e-stop is pressed (the requester sees the hold)
+                log.warning("reset %d ignored: the e-stop is pressed", int(m.data))
+            else:
+                self._reset_scene(int(m.data))
+                self._publish_state(time.time())
             self._pubs["reset_done"].publish(msgs.scalar(msgs.INT64, int(m.data)))
-        if self._estop.poll() or self._estop.pressed:  # after resets: held while pressed, through resets too
+        if pressed:  # held while pressed, through reset requests too
             self.watchdog.trip("estop")
 
     def _apply_due(self, now: float) -> None:
