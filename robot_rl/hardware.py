@@ -53,10 +53,13 @@ def _learner_like_step(width: int = 256, batch: int = 512) -> object:
         nn.Linear(width, 1),
     )  # fmt: skip
     x = torch.randn(batch, 20)
+    bf16 = bf16_is_fast("cpu")  # time what the learner will run
 
     def step() -> None:
         net.zero_grad(set_to_none=True)
-        net(x).sum().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = net(x)
+        y.float().sum().backward()
 
     return step
 

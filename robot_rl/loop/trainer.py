@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import random
 import sys
 import time
@@ -40,6 +39,7 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_tran
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.evaluation import EvalResult, evaluate
+from robot_rl.hardware import fastest_threads
 from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
@@ -66,7 +66,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
     """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
     config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    torch.set_num_threads(cfg.threads or fastest_threads())
     run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
