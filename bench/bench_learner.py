@@ -1,95 +1,317 @@
-"""Learner update rate at batch 256 against the peer HIL-SERL implementation, achieved GFLOP/s next to a
-plain matmul of the same shape, and actor inference latency."""
+"""Learner update rate at batch 256 against LeRobot 0.4.4's SAC measured in the same run, at each stack's default
+sizes and at sizes matched to the other's work; achieved GFLOP/s next to a plain batched matmul; threads; GPU.
+
+The peer runs in the LeRobot reference environment (`/work/shared/recipes/lerobot-reference-env.sh DIR`, found at
+`$LEROBOT_REF` or /work/lerobot-ref) as a subprocess serving `lerobot_sac_peer.py`; where that environment is
+absent its rows say "not measured". Rounds alternate peer and ours; medians of the rounds are reported.
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from common import latency_ms, rates
 from torch.utils.flop_counter import FlopCounterMode
 
 from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.hardware import fastest_threads
 from robot_rl.types import Batch
 
-# Measured on this 2-core machine for a peer PyTorch HIL-SERL learner (issue #2), updates per CPU-second.
-PEER_STATE, PEER_PIXELS_128 = 21.0, 0.1
 STATE_DIM, PROPRIO_DIM, ACT_DIM, B = 13, 7, 4, 256
+CAMERAS = ("front", "wrist")
+HERE = Path(__file__).resolve().parent
+NOT_MEASURED = "not measured"
+
+# Sizes matched across stacks by FLOPs per update (the work), with the parameter count reported beside them.
+# LeRobot's defaults: a 256-wide encoder layer per input before [256, 256] critics and actor -> ours at (384, 384).
+# Ours: (256, 256) on the raw state -> LeRobot with a 16-wide state encoder and [232, 232] networks.
+# Pixels: LeRobot's encoder (7x7 and 5x5 stride-2 convs, run uncached for every actor/critic call) at width 4.
+STATE_COMPARISONS = (
+    ("state, LeRobot's default sizes", {}, (384, 384)),
+    (
+        "state, robot_rl's default sizes",
+        {
+            "latent_dim": 16,
+            "critic_network_kwargs": {"hidden_dims": [232, 232]},
+            "actor_network_kwargs": {"hidden_dims": [232, 232]},
+        },
+        (256, 256),
+    ),
+)
+PIXEL_COMPARISONS = (
+    ("2x128 px, LeRobot's defaults vs robot_rl's defaults", {}),
+    ("2x128 px, LeRobot sized to robot_rl's work", {"image_encoder_hidden_dim": 4, "latent_dim": 64}),
+)
 
 
-def make_batch(cameras: tuple[str, ...], size: int) -> Batch:
+def make_batch(cameras: tuple[str, ...], size: int, batch: int = B, device: str = "cpu") -> Batch:
     def obs() -> dict[str, torch.Tensor]:
-        o = {"state": torch.randn(B, PROPRIO_DIM if cameras else STATE_DIM)}
-        o.update({c: torch.randint(0, 255, (B, size, size, 3), dtype=torch.uint8) for c in cameras})
+        o = {"state": torch.randn(batch, PROPRIO_DIM if cameras else STATE_DIM)}
+        o.update({c: torch.randint(0, 255, (batch, size, size, 3), dtype=torch.uint8) for c in cameras})
         return o
 
     return Batch(
         obs=obs(),
-        action=torch.rand(B, ACT_DIM) * 2 - 1,
-        reward=torch.rand(B),
+        action=torch.rand(batch, ACT_DIM) * 2 - 1,
+        reward=torch.rand(batch),
         next_obs=obs(),
-        terminated=torch.zeros(B),
-        intervened=torch.zeros(B),
-    )
+        terminated=torch.zeros(batch),
+        intervened=torch.zeros(batch),
+    ).to(device)
 
 
 def update_flops(sac: SAC, batch: Batch) -> int:
+    sac.update([batch])  # first: a one-off start-up probe (bf16 speed) must not be counted as the update's work
     with FlopCounterMode(display=False) as fc:
         sac.update([batch])
     return fc.get_total_flops()
 
 
-def matmul_gflops(n: int, reps: int) -> float:
-    """The critic's dominant GEMM, (n, 256, 256) x (n, 256, 256), alone."""
-    x, w = torch.randn(n, B, 256), torch.randn(n, 256, 256)
-    wall, _ = rates(lambda: torch.bmm(x, w), reps)
-    return wall * 2 * n * B * 256 * 256 / 1e9
+def n_params(sac: SAC) -> int:
+    """Everything an optimiser or the actor holds; target networks left out (LeRobot's count is made the same way)."""
+    return sum(p.numel() for n, p in sac.named_parameters() if not n.startswith("target_critic"))
 
 
-def main(quick: bool = False) -> list[dict]:
-    """Each update config at 1 thread (the fair per-CPU-second comparison: small GEMMs scale poorly across
-    cores) and at all cores (what the main job gets in wall-clock)."""
+def bmm_gflops(width: int, dtype: torch.dtype, seconds: float = 0.5) -> float:
+    """The critic's dominant GEMM, (2, 256, w) x (2, w, w), alone at one thread: what the box's matmul can do."""
+    x, w = torch.randn(2, B, width, dtype=dtype), torch.randn(2, width, width, dtype=dtype)
+    reps = max(1, int(seconds * 100e9 / (4 * B * width * width)))
+    _, cpu = rates(lambda: torch.bmm(x, w), reps)
+    return cpu * 2 * 2 * B * width * width / 1e9
+
+
+class Peer:
+    """LeRobot's SAC update in its own interpreter; `measure` answers one round."""
+
+    def __init__(self, python: Path, tv_overlay: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tv_overlay), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+        self.proc = subprocess.Popen(
+            [str(python), str(HERE / "lerobot_sac_peer.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+
+    def measure(self, name: str, obs: str, overrides: dict, reps: int) -> dict:
+        req = {"name": name, "obs": obs, "image_size": 128, "overrides": overrides, "reps": reps, "threads": 1}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the LeRobot peer exited")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def start_peer() -> tuple[Peer | None, str]:
+    root = Path(os.environ.get("LEROBOT_REF", "/work/lerobot-ref"))
+    python = root / ".venv" / "bin" / "python"
+    if not python.exists():
+        return None, f"{NOT_MEASURED}: no LeRobot reference env at {root} (see /work/shared/recipes)"
+    return Peer(python, root / "tv025"), ""
+
+
+def stack_row(bench: str, params: int, flops: float, per_cpu: list[float], per_wall: list[float]) -> dict:
+    cpu, wall = statistics.median(per_cpu), statistics.median(per_wall)
+    return {
+        "bench": bench,
+        "params_M": params / 1e6,
+        "gflop_per_update": flops / 1e9,
+        "updates_per_cpu_s": cpu,
+        "updates_per_s": wall,
+        "gflops": cpu * flops / 1e9,
+    }
+
+
+def compare(
+    peer: Peer | None,
+    note: str,
+    label: str,
+    obs: str,
+    overrides: dict,
+    ours: dict[str, SAC],
+    batch: Batch,
+    reps: tuple[int, int],
+    rounds: int,
+) -> list[dict]:
+    """Alternating rounds of the peer config and each of our variants, 1 thread; medians."""
+    torch.set_num_threads(1)
+    flops = {k: update_flops(s, batch) for k, s in ours.items()}
+    cpu: dict[str, list[float]] = {k: [] for k in ours}
+    wall: dict[str, list[float]] = {k: [] for k in ours}
+    peer_answers: list[dict] = []
+    for _ in range(rounds):
+        if peer is not None:
+            peer_answers.append(peer.measure(label, obs, overrides, reps[0]))
+        for k, sac in ours.items():
+            w, c = rates(lambda: sac.update([batch]), reps[1], warmup=1)  # noqa: B023
+            wall[k].append(w)
+            cpu[k].append(c)
     rows = []
-    reps = 20 if quick else 200
-    all_cores = torch.get_num_threads()
-    for threads in sorted({1, all_cores}):
-        torch.set_num_threads(threads)
-        for n in (2, 10):
-            sac = SAC(SACConfig(n_critics=n, critic_subsample=2), STATE_DIM, ACT_DIM)
-            batch = make_batch((), 0)
-            flops = update_flops(sac, batch)
-            wall, cpu = rates(lambda: sac.update([batch]), reps)  # noqa: B023
-            achieved = wall * flops / 1e9
-            mm = matmul_gflops(n, 5 * reps)
-            rows.append(
-                {
-                    "bench": f"SAC update state, ensemble {n}, batch {B}, {threads} thread(s)",
-                    "updates_per_s": wall,
-                    "updates_per_cpu_s": cpu,
-                    "peer_per_cpu_s": PEER_STATE,
-                    "ratio_vs_peer": cpu / PEER_STATE,
-                    "gflops": achieved,
-                    "matmul_gflops": mm,
-                    "fraction_of_matmul": achieved / mm,
-                }
-            )
-        for size in (64, 128):
-            sac = SAC(SACConfig(), PROPRIO_DIM, ACT_DIM, cameras=("front", "wrist"), image_size=size)
-            batch = make_batch(("front", "wrist"), size)
-            flops = update_flops(sac, batch)
-            wall, cpu = rates(lambda: sac.update([batch]), 3 if quick else 15, warmup=1)  # noqa: B023
-            row = {
-                "bench": f"SAC update pixels 2x{size}px, batch {B}, {threads} thread(s)",
-                "updates_per_s": wall,
-                "updates_per_cpu_s": cpu,
-                "gflops": wall * flops / 1e9,
+    peer_cpu = None
+    if peer_answers:
+        a = peer_answers[0]
+        row = stack_row(
+            f"LeRobot, {label}",
+            a["params"],
+            a["flops"],
+            [x["updates_per_cpu_s"] for x in peer_answers],
+            [x["updates_per_s"] for x in peer_answers],
+        )
+        peer_cpu = row["updates_per_cpu_s"]
+        rows.append(row)
+    else:
+        rows.append({"bench": f"LeRobot, {label}", "updates_per_cpu_s": note})
+    for k, sac in ours.items():
+        row = stack_row(f"robot_rl, {label}, {k}", n_params(sac), flops[k], cpu[k], wall[k])
+        row["ratio_vs_lerobot"] = row["updates_per_cpu_s"] / peer_cpu if peer_cpu else NOT_MEASURED
+        rows.append(row)
+    return rows
+
+
+def critic_efficiency(width: int, quick: bool) -> list[dict]:
+    """Critic ensemble forward + backward alone (2 members, batch 256) against a plain bmm of its hidden GEMM, in
+    the precision the learner runs it: how close the ensemble gets to what the box's matmul can do."""
+    torch.set_num_threads(1)
+    rows = []
+    for bf16, dtype in (("off", torch.float32), ("on", torch.bfloat16)):
+        sac = SAC(SACConfig(hidden=(width, width), bf16=bf16), STATE_DIM, ACT_DIM)
+        feat, act = torch.randn(B, STATE_DIM), torch.rand(B, ACT_DIM)
+
+        def step(sac: SAC = sac, feat: torch.Tensor = feat, act: torch.Tensor = act) -> None:
+            with sac._precision():
+                q = sac.critic(feat, act)
+            q.sum().backward()
+
+        with FlopCounterMode(display=False) as fc:
+            step()
+        _, cpu = rates(step, 30 if quick else 300)
+        achieved = cpu * fc.get_total_flops() / 1e9
+        mm = bmm_gflops(width, dtype)
+        rows.append(
+            {
+                "bench": f"critic ensemble fwd+bwd, 2 x ({width}, {width}), bf16 {bf16}",
+                "gflops": achieved,
+                "bmm_gflops": mm,
+                "fraction_of_bmm": achieved / mm,
             }
-            if size == 128:
-                row.update(peer_per_cpu_s=PEER_PIXELS_128, ratio_vs_peer=cpu / PEER_PIXELS_128)
-            rows.append(row)
-    torch.set_num_threads(all_cores)
-    for cams, size, name in (((), 0, "state"), (("front", "wrist"), 64, "pixels 2x64px")):
+        )
+    return rows
+
+
+def thread_rows(quick: bool) -> list[dict]:
+    """The state update at 1, 2, ... threads, interleaved; and what `hardware.fastest_threads` picks right now."""
+    cores = os.cpu_count() or 1
+    counts = sorted({1, 2, cores} & set(range(1, cores + 1)))
+    sac, batch = SAC(SACConfig(), STATE_DIM, ACT_DIM), make_batch((), 0)
+    wall: dict[int, list[float]] = {n: [] for n in counts}
+    cpu: dict[int, list[float]] = {n: [] for n in counts}
+    for _ in range(3):
+        for n in counts:
+            torch.set_num_threads(n)
+            w, c = rates(lambda: sac.update([batch]), 30 if quick else 200)
+            wall[n].append(w)
+            cpu[n].append(c)
+    rows = [
+        {
+            "bench": f"state update, robot_rl defaults, {n} thread(s)",
+            "updates_per_s": statistics.median(wall[n]),
+            "updates_per_cpu_s": statistics.median(cpu[n]),
+        }
+        for n in counts
+    ]
+    fastest_threads.cache_clear()
+    rows.append({"bench": "threads picked at start-up (hardware.fastest_threads)", "threads": fastest_threads()})
+    return rows
+
+
+def gpu_rows(quick: bool) -> list[dict]:
+    if not torch.cuda.is_available():
+        return [{"bench": "GPU rows (state and 2x128 px, batch 256 and 1024)", "updates_per_s": "not measured: no GPU"}]
+    rows = []
+    for cams, size, name in (((), 0, "state"), (CAMERAS, 128, "2x128 px")):
+        for batch_size in (256, 1024):
+            for bf16 in ("off", "on"):
+                cfg = SACConfig(bf16=bf16)
+                sac = SAC(cfg, PROPRIO_DIM if cams else STATE_DIM, ACT_DIM, cameras=cams, image_size=size or 64)
+                sac = sac.cuda()
+                batch = make_batch(cams, size, batch_size, "cuda")
+                torch.cuda.reset_peak_memory_stats()
+
+                def run(sac: SAC = sac, batch: Batch = batch) -> None:
+                    sac.update([batch])  # .item() in update synchronises
+
+                wall, _ = rates(run, 20 if quick else 200, warmup=5)
+                rows.append(
+                    {
+                        "bench": f"GPU {torch.cuda.get_device_name()}, {name}, batch {batch_size}, bf16 {bf16}",
+                        "updates_per_s": wall,
+                        "peak_mem_MiB": torch.cuda.max_memory_allocated() / 2**20,
+                    }
+                )
+    return rows
+
+
+def inference_rows(quick: bool) -> list[dict]:
+    rows = []
+    torch.set_num_threads(1)
+    for cams, size, name in (((), 0, "state"), (CAMERAS, 64, "pixels 2x64px")):
         state_dim = PROPRIO_DIM if cams else STATE_DIM
         policy = SAC(SACConfig(), state_dim, ACT_DIM, cameras=cams, image_size=size or 64).policy
         one = {k: v[0].numpy() for k, v in make_batch(cams, size).obs.items()}
         p50, p99 = latency_ms(lambda: policy.select_action(one), 100 if quick else 1000)  # noqa: B023
-        rows.append({"bench": f"actor inference {name} (select_action)", "p50_ms": p50, "p99_ms": p99})
+        rows.append({"bench": f"actor inference {name} (select_action, 1 thread)", "p50_ms": p50, "p99_ms": p99})
+    return rows
+
+
+def timed(label: str, fn: Callable[[], list[dict]]) -> list[dict]:
+    t = time.perf_counter()
+    rows = fn()
+    print(f"  [learner] {label}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return rows
+
+
+def main(quick: bool = False) -> list[dict]:
+    """Per CPU-second at 1 thread (the fair per-core number); wall-clock beside it."""
+    threads_before = torch.get_num_threads()
+    rounds = 1 if quick else 3
+    peer, note = start_peer()
+    rows: list[dict] = []
+    try:
+        state_batch = make_batch((), 0)
+        for label, overrides, hidden in STATE_COMPARISONS:
+            ours = {
+                f"hidden {list(hidden)}": SAC(SACConfig(hidden=hidden), STATE_DIM, ACT_DIM),
+                f"hidden {list(hidden)}, bf16 off": SAC(SACConfig(hidden=hidden, bf16="off"), STATE_DIM, ACT_DIM),
+            }
+            reps = (20, 40) if quick else (100, 200)
+            run = lambda: compare(peer, note, label, "state", overrides, ours, state_batch, reps, rounds)  # noqa: B023, E731
+            rows += timed(label, run)
+        pixel_batch = make_batch(CAMERAS, 128)
+        ours_px = {"defaults": SAC(SACConfig(), PROPRIO_DIM, ACT_DIM, cameras=CAMERAS, image_size=128)}
+        for i, (label, overrides) in enumerate(PIXEL_COMPARISONS):
+            reps = (1, 2) if quick else ((3, 10) if i == 0 else (10, 10))
+            run = lambda: compare(peer, note, label, "pixels", overrides, ours_px, pixel_batch, reps, rounds)  # noqa: B023, E731
+            rows += timed(label, run)
+    finally:
+        if peer is not None:
+            peer.close()
+    rows += timed("critic efficiency", lambda: critic_efficiency(384, quick))
+    rows += timed("threads", lambda: thread_rows(quick))
+    rows += gpu_rows(quick)
+    rows += inference_rows(quick)
+    torch.set_num_threads(threads_before)
     return rows

@@ -104,7 +104,9 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda[:N]
-    threads: int = 0  # torch intra-op threads; 0 => one per core (oversubscription was 20x slower here)
+    # torch intra-op threads; 0 => the count a learner-shaped step runs fastest at, measured at start-up (on a
+    # shared 2-core box a second thread is as often a loss as a gain; oversubscription was 20x slower)
+    threads: int = 0
     run_dir: str = ""  # empty => runs/<task>-<obs>-s<seed>-<time>
     resume: str = ""  # a run directory to continue from its latest checkpoint
 

@@ -6,12 +6,14 @@ every critic step. What actors run is `self.policy`; critics, targets and temper
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from robot_rl.hardware import bf16_is_fast
 from robot_rl.nets import EnsembleMLP, ObsEncoder
 from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.types import Batch
@@ -37,6 +39,9 @@ class SACConfig:
     pretrained_encoder: str = ""  # safetensors of a ConvEncoder (local path), loaded into every camera's encoder
     augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
     zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
+    # Update matmuls and convs in bfloat16 (weights, optimiser, output layers and losses stay fp32): "auto" turns it
+    # on where bf16 measures >= 1.5x fp32 (4x on the AVX512-BF16 dev box, any bf16 GPU), "on" / "off" force it.
+    bf16: str = "auto"
 
 
 def make_policy(
@@ -99,11 +104,20 @@ class SAC(nn.Module):
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
 
+    def _precision(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast for the update's forward passes when `cfg.bf16` asks for it (decided on first use, where
+        the learner's device is known)."""
+        device = self.log_alpha.device.type
+        if self.cfg.bf16 not in ("auto", "on", "off"):
+            raise ValueError(f"bf16={self.cfg.bf16!r}: choose auto, on or off")
+        enabled = self.cfg.bf16 == "on" or (self.cfg.bf16 == "auto" and bf16_is_fast(device))
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
+
     def update(self, batches: list[Batch]) -> dict[str, float]:
         """One critic step per batch, then one actor and temperature step on the last batch's features."""
         for batch in batches:
             critic_loss, feat, q = self._critic_step(batch)
-        actor_loss, temp_loss, entropy = self._actor_step(feat.detach())
+        actor_loss, temp_loss, entropy = self._actor_step(feat.detach().float())
         return {
             "critic_loss": critic_loss.item(),
             "q_mean": q.mean().item(),
@@ -115,7 +129,7 @@ class SAC(nn.Module):
 
     def _critic_step(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
-        with torch.no_grad():
+        with torch.no_grad(), self._precision():
             next_feat = self.policy.encoder(b.next_obs, augment=self.pixels)
             next_action, next_logp = self.policy.head(next_feat)
             q_next = self.target_critic(next_feat, next_action)
@@ -126,8 +140,9 @@ class SAC(nn.Module):
             if cfg.backup_entropy:
                 q_next = q_next - self.alpha * next_logp
             target = b.reward + cfg.discount * (1.0 - b.terminated) * q_next
-        feat = self.policy.encoder(b.obs, augment=self.pixels)
-        q = self.critic(feat, b.action)
+        with self._precision():
+            feat = self.policy.encoder(b.obs, augment=self.pixels)
+            q = self.critic(feat, b.action)
         loss = (q - target.unsqueeze(0)).pow(2).mean(dim=1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -137,9 +152,10 @@ class SAC(nn.Module):
         return loss.detach(), feat, q.detach()
 
     def _actor_step(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        action, logp = self.policy.head(feat)
         self.critic.requires_grad_(False)  # the actor loss must not spend time on critic weight grads
-        q = self.critic(feat, action).mean(dim=0)
+        with self._precision():
+            action, logp = self.policy.head(feat)
+            q = self.critic(feat, action).mean(dim=0)
         self.critic.requires_grad_(True)
         alpha = self.alpha.detach()
         actor_loss = (alpha * logp - q).mean()

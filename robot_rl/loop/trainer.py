@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import random
 import signal
 import sys
@@ -42,6 +41,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.errors import UserError
 from robot_rl.evaluation import EvalResult, evaluate
+from robot_rl.hardware import fastest_threads
 from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
@@ -116,7 +116,7 @@ def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
     config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
     check_run_dir(cfg)
     check_demo_store(cfg)
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    torch.set_num_threads(cfg.threads or fastest_threads())
     run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))

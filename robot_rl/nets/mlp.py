@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -32,6 +33,21 @@ class MLP(nn.Sequential):
             layers.append(nn.Linear(d, out_dim))
         super().__init__(*layers)
         self.out_dim = out_dim if out_dim is not None else d
+        self.has_output_layer = out_dim is not None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.has_output_layer:
+            return super().forward(x)
+        for layer in itertools.islice(self, len(self) - 1):
+            x = layer(x)
+        return full_precision(self[-1], x)
+
+
+def full_precision(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Runs an output layer in fp32 even under bf16 autocast: Q values near 1 / (1 - discount) and action means
+    need more than bf16's 8 mantissa bits, and the layer is a sliver of the FLOPs."""
+    with torch.autocast(x.device.type, enabled=False):
+        return layer(x.float())
 
 
 class EnsembleLinear(nn.Module):
@@ -44,6 +60,10 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(n, 1, out_dim).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight.shape[-1] == 1:
+            # A Q head: as a broadcast multiply-sum it is memory-bound work; as a batched GEMM with N=1 it took
+            # ~10 % of a state update (MKL's batched kernels are slow at that shape, forward and backward).
+            return (x * self.weight.mT).sum(-1, keepdim=True) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
 
 
@@ -56,7 +76,10 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(self.bias, torch.nn.functional.layer_norm(x, x.shape[-1:]), self.weight)
+        # The affine in the activation's dtype: under bf16 autocast fp32 parameters would promote every
+        # activation back to fp32, and the next matmul would cast it down again.
+        y = torch.nn.functional.layer_norm(x, x.shape[-1:])
+        return torch.addcmul(self.bias.to(y.dtype), y, self.weight.to(y.dtype))
 
 
 class EnsembleMLP(nn.Module):
@@ -80,4 +103,6 @@ class EnsembleMLP(nn.Module):
         """x: (B, i) shared by all members, or (n, B, i). Returns (n, B, out)."""
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.n, -1, -1)
-        return self.net(x)
+        for layer in itertools.islice(self.net, len(self.net) - 1):
+            x = layer(x)
+        return full_precision(self.net[-1], x)

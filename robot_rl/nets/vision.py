@@ -96,6 +96,10 @@ class ObsEncoder(nn.Module):
             img = obs[cam]  # (B, H, W, 3) uint8
             if augment and self.augment_pad:
                 img = random_shift(img, self.augment_pad)
-            # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution.
-            feats.append(self.convs[cam](img.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)))
+            # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution. Under autocast
+            # the bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16.
+            dev = img.device.type
+            dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
+            # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
+            feats.append(self.convs[cam](img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)))
         return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)

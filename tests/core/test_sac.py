@@ -1,5 +1,6 @@
 """SAC pieces: termination masks bootstrapping, truncation does not, the ensemble is one batched module."""
 
+import pytest
 import torch
 
 from robot_rl.algos.sac import SAC, SACConfig
@@ -18,9 +19,11 @@ def batch(n: int, reward: float, terminated: float, state_dim: int = 3) -> Batch
     )
 
 
-def fit_q(terminated: float, steps: int = 600) -> float:
+def fit_q(terminated: float, steps: int = 600, bf16: str = "off") -> float:
     torch.manual_seed(0)
-    cfg = SACConfig(hidden=(32, 32), discount=0.9, critic_lr=3e-3, tau=0.05, init_temperature=1e-4, temp_lr=0.0)
+    cfg = SACConfig(
+        hidden=(32, 32), discount=0.9, critic_lr=3e-3, tau=0.05, init_temperature=1e-4, temp_lr=0.0, bf16=bf16
+    )
     sac = SAC(cfg, state_dim=3, act_dim=2)
     b = batch(64, reward=1.0, terminated=terminated)
     for _ in range(steps):
@@ -35,6 +38,24 @@ def test_terminal_transition_does_not_bootstrap() -> None:
     q_boot = fit_q(terminated=0.0, steps=1500)
     assert abs(q_term - 1.0) < 0.15, q_term
     assert q_boot > 4.0, q_boot
+
+
+def test_bf16_update_fits_q_and_keeps_fp32_outputs() -> None:
+    # bf16 matmuls with fp32 output layers and losses must still resolve Q = r / (1 - gamma) = 10.
+    q_boot = fit_q(terminated=0.0, steps=1500, bf16="on")
+    assert 8.0 < q_boot < 12.0, q_boot
+    sac = SAC(SACConfig(hidden=(16,), bf16="on"), state_dim=3, act_dim=2)
+    with sac._precision():
+        q = sac.critic(torch.randn(5, 3), torch.rand(5, 2))
+        action, logp = sac.policy.head(torch.randn(5, 3))
+    assert q.dtype == action.dtype == logp.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in sac.parameters())
+
+
+def test_bf16_setting_is_checked() -> None:
+    sac = SAC(SACConfig(hidden=(16,), bf16="yes"), state_dim=3, act_dim=2)
+    with pytest.raises(ValueError, match="bf16"):
+        sac.update([batch(4, reward=0.0, terminated=0.0)])
 
 
 def test_ensemble_members_are_independent_and_batched() -> None:
