@@ -60,6 +60,10 @@ class RobotConfig:
     # stamps differ by more than `align_tol_s`: a policy never sees a mix of old and new.
     staleness_s: float = 0.1
     align_tol_s: float = 0.05
+    # Lockstep (a sim robot started with --lockstep): the robot advances one control period per command, so a step
+    # waits for the state stamped after its command instead of sleeping to a deadline, and data ages are not
+    # checked against the wall clock (the world stands still between commands). Never set for a real arm.
+    lockstep: bool = False
     reset: str = "topic"  # topic (robot resets itself) | home (scripted move home) | human (wait for Enter)
     reset_timeout_s: float = 10.0
     home_pos: tuple[float, float, float] = (0.5, 0.0, 0.15)

@@ -7,6 +7,11 @@ observation from the newest messages. Every stream used in an observation must b
 `cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
 a policy never acts on old data. A latched safety fault (e-stop, watchdog, limits) raises `SafetyStop` after
 the hold command went out; `reset()` clears it once the e-stop is released.
+
+With `cfg.lockstep` (a sim robot that advances one control period per command) a step waits for the state
+stamped after its command instead of sleeping, so it runs as fast as both sides compute; ages are not checked
+against the wall clock (the robot's world stands still between commands, so a slow policy is never stale), the
+safety filter runs on the robot's clock and `tcp_vel` divides by the control period. Stamps must still agree.
 """
 
 from __future__ import annotations
@@ -148,6 +153,7 @@ class RobotEnv(gym.Env):
         self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
         self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
+        self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
         self._t = 0
@@ -187,7 +193,7 @@ class RobotEnv(gym.Env):
         if missing:
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
         stamps = {k: self._stamp(k) for k in keys}
-        for k, s in stamps.items():
+        for k, s in stamps.items() if not self.cfg.lockstep else ():
             if now - s > self.cfg.staleness_s:
                 raise StaleDataError(
                     f"{self._topic(k)}: newest message is {now - s:.3f}s old (tolerance {self.cfg.staleness_s}s)"
@@ -223,7 +229,8 @@ class RobotEnv(gym.Env):
             vel = np.zeros(3)
         else:
             prev, prev_stamp = self._prev_tcp
-            vel = (tcp - prev) / max(stamp - prev_stamp, 0.5 * self.dt)
+            # Lockstep: one step is exactly one control period of the robot's (simulated) time.
+            vel = (tcp - prev) / (self.dt if self.cfg.lockstep else max(stamp - prev_stamp, 0.5 * self.dt))
         self._prev_tcp = (tcp, stamp)
         parts: dict[str, np.ndarray] = {
             "tcp_pos": tcp,
@@ -245,7 +252,20 @@ class RobotEnv(gym.Env):
         obs = {"state": vec}
         for name, cam in self._cams.items():
             obs[name] = msgs.decode_image(self._latest[f"camera:{name}"][0], cam.compressed, self.cfg.image_size)
+        self.last_obs = obs
         return obs
+
+    def stamps(self) -> dict[str, Any]:
+        """Header stamps (seconds, the robot's wall clock) of the newest observation: for recording."""
+        return {
+            "state_timestamp": msgs.stamp_of(self._latest["ee"][0]),
+            "camera_timestamps": {c: msgs.stamp_of(self._latest[f"camera:{c}"][0]) for c in self._cams},
+        }
+
+    @property
+    def state_layout(self) -> dict[str, slice]:
+        """Field -> slice of `obs["state"]`, as the sim env names it (episode meta records it)."""
+        return dict(self.layout)
 
     def _success(self) -> bool:
         if "success" not in self._subs:
@@ -270,7 +290,8 @@ class RobotEnv(gym.Env):
         if poll:
             self._poll()
         state = self.robot_state()
-        now = time.time()
+        # Lockstep: nothing moves between commands, so the newest state is current on the robot's own clock.
+        now = state.stamp if self.cfg.lockstep and state is not None else time.time()
         cmd = self.safety.hold(None, "no_robot_state") if state is None else self.safety.filter(
             pos, self.home_quat, gripper_opening, state, now
         )  # fmt: skip
@@ -295,6 +316,7 @@ class RobotEnv(gym.Env):
         state = self.robot_state()
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
         target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
+        sent = time.time()
         cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
         if (reason := self.safety.latched) is not None:
             if reason.startswith("stale_state"):
@@ -302,14 +324,36 @@ class RobotEnv(gym.Env):
             raise SafetyStop(reason)
         if state is None:
             raise StaleDataError("no robot state received yet")
-        self.rate.sleep()
-        self._poll()
+        if self.cfg.lockstep:
+            self._await_answer(sent)
+        else:
+            self.rate.sleep()
+            self._poll()
         obs = self._observe()
         self._t += 1
         success = self._success()
         truncated = not success and self._t >= self.max_episode_steps
         info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
-        return obs, float(success), success, truncated, info
+        return obs, float(success), success, truncated, {**info, **self.stamps()}
+
+    def _await_answer(self, sent: float) -> None:
+        """Lockstep: wait for every stamped stream to carry a stamp after `sent` (the robot advanced on our
+        command; its idle re-publications keep their old stamps), then for the success flag sent with it."""
+        stamped = [k for k in self._subs if k != "success"]
+
+        def answered() -> bool:
+            return all(k in self._latest and self._stamp(k) > sent for k in stamped)
+
+        def success_too() -> bool:
+            # Bool has no stamp: the robot publishes it right after the pose, so take the first one received with
+            # or after the answering pose (an idle re-publication is older: the robot was busy advancing).
+            return "success" not in self._subs or self._latest["success"][1] >= self._latest["ee"][1]
+
+        try:
+            self._wait_for(answered, "state stamped after the command (lockstep)")
+            self._wait_for(success_too, "success flag after the command (lockstep)")
+        except TimeoutError as e:
+            raise StaleDataError(str(e)) from None
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -341,7 +385,7 @@ class RobotEnv(gym.Env):
         self._last_action = np.array(REST_ACTION)
         obs = self._observe()
         self.rate.restart()
-        return obs, {"success": self._success()}
+        return obs, {"success": self._success(), **self.stamps()}
 
     def _wait_for(self, pred: Any, what: str) -> None:
         deadline = time.monotonic() + self.cfg.reset_timeout_s

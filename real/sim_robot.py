@@ -15,6 +15,14 @@ Robot-side safety, independent of the policy side: non-finite commands are ignor
 `command_timeout_s` after the first one (policy process died, network down) or an e-stop freezes the target at the
 TCP's current position, latched until the next reset request (`std_msgs/Int64` seed on `reset`, answered on
 `reset_done` once the new scene is published).
+
+Lockstep (`--lockstep`, or `lockstep=true` in the robot config): the command stream is the clock. Each Cartesian
+command advances physics by one control period (`physics_hz / control_hz` ticks, in simulated time), after which
+the state (and every camera frame) is published stamped with the wall time after the advance, so the policy side
+(`RobotEnv` with `lockstep=true`) waits for a state stamped after its command instead of sleeping to a deadline
+and runs as fast as both sides compute. Without commands simulated time stands still, so there is no command
+watchdog (a slow policy cannot be timed out; the e-stop still holds); while idle the newest state is re-published
+with its original stamp, so a late subscriber sees it and it can never be mistaken for the answer to a command.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ class SimRobotConfig:
     camera_hz: float = 10.0
     image_size: int = 64
     seed: int = 0
+    lockstep: bool = False  # physics advances one control period per command received (see the module docstring)
+    control_hz: float = 10.0  # lockstep: the policy's control rate, i.e. the simulated time one command advances
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
 
 
@@ -82,7 +92,12 @@ class SimRobot:
         # The env clips its mocap target to the task workspace itself; this only bounds twist integration.
         self._ws_lo, self._ws_hi = np.asarray(robot.safety.workspace_lo), np.asarray(robot.safety.workspace_hi)
         self.rng = np.random.default_rng(cfg.seed)
-        self.watchdog = Watchdog(0.0, cfg.command_timeout_s)
+        if cfg.lockstep and abs(cfg.physics_hz / cfg.control_hz - round(cfg.physics_hz / cfg.control_hz)) > 1e-6:
+            raise ValueError(f"lockstep: physics_hz {cfg.physics_hz} is no multiple of control_hz {cfg.control_hz}")
+        self.ticks_per_command = max(1, round(cfg.physics_hz / cfg.control_hz))
+        # Lockstep: no commands, no simulated time, nothing to time out (the e-stop trips it all the same).
+        self.watchdog = Watchdog(0.0, 0.0 if cfg.lockstep else cfg.command_timeout_s)
+        self.sim_time = 0.0  # seconds of simulated time since start; the lockstep clock for `latency_s`
         self.tx = transport or make_transport(
             TransportConfig(backend=robot.backend, domain_id=robot.domain_id, namespace=robot.namespace,
                             node_name="sim_robot")
@@ -110,6 +125,8 @@ class SimRobot:
 
             self._renderer = CameraRenderer(self.model, tuple(cfg.cameras), cfg.image_size)
         self._next_frame = 0.0
+        self._last_msgs: dict[str, tuple[Any, Any]] = {}  # publisher key -> (publisher, newest message)
+        self._last_publish = 0.0
         self._pending: deque[tuple[float, str, Any]] = deque()  # (apply at, kind, message)
         self._twist = np.zeros(3)
         self.hold_reason: str | None = None
@@ -143,13 +160,17 @@ class SimRobot:
             self._pending.clear()
             log.warning("holding: %s", reason)
 
-    def _drain(self, now: float) -> None:
+    def _drain(self, now: float) -> tuple[int, int]:
+        """Queue what arrived (to act `latency_s` after `now`); (Cartesian commands, gripper commands) taken."""
+        n_cmd = n_grip = 0
         for m in self._cmd_sub.take():
             if msgs.stamp_of(m) >= self._reset_time:  # a late command from the previous episode must not act
                 self.watchdog.feed_action(now)
                 self._pending.append((now + self.cfg.latency_s, "cmd", m))
+                n_cmd += 1
         for m in self._grip_sub.take():
             self._pending.append((now + self.cfg.latency_s, "gripper", m))
+            n_grip += 1
         pressed = self._estop.poll() or self._estop.pressed
         for m in self._reset_sub.take():  # after the commands: a reset drops whatever was still pending
             if pressed:  # a reset moves the arm: not while the e-stop is pressed (the requester sees the hold)
@@ -160,6 +181,7 @@ class SimRobot:
             self._pubs["reset_done"].publish(msgs.scalar(msgs.INT64, int(m.data)))
         if pressed:  # held while pressed, through reset requests too
             self.watchdog.trip("estop")
+        return n_cmd, n_grip
 
     def _apply_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:
@@ -180,18 +202,33 @@ class SimRobot:
 
     def _publish_state(self, stamp: float) -> None:
         d, r = self.data, self.robot
+        render = self._renderer is not None and (self.cfg.lockstep or stamp >= self._next_frame)
         tcp = self.tcp() + self.rng.normal(0.0, self.cfg.noise_std, 3) * (self.cfg.noise_std > 0)
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, d.site_xmat[self._tcp_site])
         obj = d.xpos[self._object] + self.rng.normal(0.0, self.cfg.noise_std, 3) * (self.cfg.noise_std > 0)
-        self._pubs["joints"].publish(msgs.joint_state(self._joint_names, d.qpos[self._qadr], d.qvel[self._dadr], stamp))
-        self._pubs["ee"].publish(msgs.pose_stamped(tcp, quat, stamp, r.base_frame))
-        self._pubs["object"].publish(msgs.pose_stamped(obj, d.xquat[self._object], stamp, r.base_frame))
-        self._pubs["success"].publish(msgs.scalar(msgs.BOOL, self._success))
-        if self._renderer is not None and stamp >= self._next_frame:
+        out = {
+            "joints": msgs.joint_state(self._joint_names, d.qpos[self._qadr], d.qvel[self._dadr], stamp),
+            "ee": msgs.pose_stamped(tcp, quat, stamp, r.base_frame),
+            "object": msgs.pose_stamped(obj, d.xquat[self._object], stamp, r.base_frame),
+            "success": msgs.scalar(msgs.BOOL, self._success),
+        }
+        for key, m in out.items():
+            self._pubs[key].publish(m)
+            self._last_msgs[key] = (self._pubs[key], m)
+        if render:
             self._next_frame = stamp + 1.0 / self.cfg.camera_hz
             for name, img in self._renderer.render(d).items():
-                self._cam_pubs[name].publish(msgs.image_msg(img, stamp, name))
+                m = msgs.image_msg(img, stamp, name)
+                self._cam_pubs[name].publish(m)
+                self._last_msgs[f"camera:{name}"] = (self._cam_pubs[name], m)
+        self._last_publish = time.monotonic()
+
+    def _republish(self) -> None:
+        """The newest state again, original stamps and all: nothing moved since (lockstep, idle)."""
+        for pub, m in self._last_msgs.values():
+            pub.publish(m)
+        self._last_publish = time.monotonic()
 
     def _publish_status(self, now: float) -> None:
         status = "ok" if self.hold_reason is None else f"hold: {self.hold_reason}"
@@ -203,9 +240,8 @@ class SimRobot:
 
     # --------------------------------------------------------------------------------------------- loop
 
-    def tick(self) -> None:
-        now = time.time()
-        self._drain(now)
+    def _physics_tick(self, now: float) -> None:
+        """One physics tick at time `now` (wall time in real time, simulated time in lockstep)."""
         if not self.watchdog.check(now):
             self._hold(self.watchdog.latched or "watchdog")
         self._apply_due(now)
@@ -217,16 +253,55 @@ class SimRobot:
         action[3] = 1.0 - 2.0 * self._gripper  # the env's finger target is FINGER_OPEN * (1 - a) / 2
         self._success = bool(self.env.step(action)[4]["success"])
         self.ticks += 1
+        self.sim_time += 1.0 / self.cfg.physics_hz
+
+    def tick(self) -> None:
+        now = time.time()
+        self._drain(now)
+        self._physics_tick(now)
         stamp = time.time()
         self._publish_state(stamp)
         self._publish_status(stamp)
 
+    def lockstep_tick(self, gripper_wait_s: float = 0.02) -> bool:
+        """Lockstep: one control period of physics per Cartesian command that arrived, then publish; False (and
+        at most a re-publish of the unchanged state) when none did."""
+        n_cmd, n_grip = self._drain(self.sim_time)
+        if n_cmd and not n_grip:
+            # A policy step is a pose and a gripper command on two topics; DDS does not order them across topics.
+            deadline = time.monotonic() + gripper_wait_s
+            while not n_grip and time.monotonic() < deadline:
+                time.sleep(0.001)
+                more_cmd, n_grip = self._drain(self.sim_time)
+                n_cmd += more_cmd
+        if not n_cmd:
+            if not self._published_recently():
+                self._republish()
+            self._publish_status(time.time())
+            return False
+        for _ in range(n_cmd * self.ticks_per_command):
+            self._physics_tick(self.sim_time)
+        stamp = time.time()  # after the advance, so after the command was sent
+        self._publish_state(stamp)
+        self._publish_status(stamp)
+        return True
+
+    def _published_recently(self) -> bool:
+        return time.monotonic() - self._last_publish < 0.05  # idle re-publish at 20 Hz
+
     def run(self, stop: threading.Event, duration_s: float = 0.0) -> None:
-        """Tick at `physics_hz` on absolute deadlines until `stop` is set (or `duration_s` passed)."""
+        """Tick at `physics_hz` on absolute deadlines (lockstep: on each command) until `stop` is set (or
+        `duration_s` of wall time passed)."""
         from robot_rl.real.timing import RateKeeper
 
-        rate = RateKeeper(self.cfg.physics_hz)
         end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
+        if self.cfg.lockstep:
+            while not stop.is_set() and time.monotonic() < end:
+                if not self.lockstep_tick():
+                    time.sleep(0.0005)
+            log.info("sim robot (lockstep) stopped after %d ticks, %.1f s simulated", self.ticks, self.sim_time)
+            return
+        rate = RateKeeper(self.cfg.physics_hz)
         while not stop.is_set() and time.monotonic() < end:
             self.tick()
             rate.sleep()
@@ -246,6 +321,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
     p.add_argument("--task", default="PickCube")
     p.add_argument("--hz", type=float, default=100.0, help="physics/publish rate")
+    p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="advance one control period per command received instead of real time (tests, benchmarks)",
+    )
+    p.add_argument(
+        "--control-hz",
+        type=float,
+        default=None,
+        help="lockstep: the policy's control rate (default: the robot config's control_hz)",
+    )
     p.add_argument("--latency", type=float, default=0.0,
                    help="seconds between a command arriving and acting; 0.1 is one control period of a 10 Hz policy,"
                         " what `randomization.action_latency=1` models in training")  # fmt: skip
@@ -273,13 +359,16 @@ def main(argv: list[str]) -> int:
     cfg = SimRobotConfig(
         task=ns.task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
-        seed=ns.seed, randomization=rand,
+        seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
+        control_hz=ns.control_hz or robot.control_hz,
     )  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     node = SimRobot(cfg, robot)
-    log.info("serving %s on domain %d, namespace %s at %.0f Hz", cfg.task, robot.domain_id, robot.namespace, ns.hz)
+    mode = f"lockstep at {cfg.control_hz:g} Hz control" if cfg.lockstep else "real time"
+    log.info("serving %s on domain %d, namespace %s at %.0f Hz (%s)", cfg.task, robot.domain_id, robot.namespace,
+             ns.hz, mode)  # fmt: skip
     try:
         node.run(stop, ns.duration)
     finally:
