@@ -63,6 +63,9 @@ class CollectConfig:
     hz: float = 0.0  # pace the loop (human devices); 0 = as fast as possible
     max_attempts_factor: int = 3
     env: Any = None  # the EnvConfig `train` composes (sim, gym mapping, ...); None: a default env of `task`
+    robot: str = "sim"  # backend "robot": robot config name or yaml (real/config.py), plus key=value overrides
+    robot_overrides: tuple[str, ...] = ()
+    control_hz: float = 0.0  # backend "robot": RobotEnv's control rate (0: the robot config's)
 
 
 def env_config(cfg: CollectConfig) -> Any:
@@ -91,9 +94,28 @@ def _make_sim_env(cfg: CollectConfig) -> gym.Env:
     return make_env(env_config(cfg))
 
 
+def _make_robot_env(cfg: CollectConfig) -> gym.Env:
+    """`RobotEnv` over the robot's ROS 2 topics, observing what the sim task observes (same state layout, cameras),
+    so robot episodes and sim episodes train the same policy. The sim env is built only to read that layout."""
+    from robot_rl.real.config import load_robot_config
+    from robot_rl.real.robot import RobotEnv
+    from robot_rl.sim.envs import make_env
+
+    robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
+    robot.image_size = cfg.image_size
+    task_env = make_env(dataclasses.replace(env_config(cfg), obs="state", cameras=()))
+    layout, steps = task_env.unwrapped.state_layout, task_env.unwrapped.max_episode_steps
+    task_env.close()
+    cameras = tuple(cfg.cameras) if cfg.obs in ("pixels", "both") else ()
+    return RobotEnv(robot, layout, cameras, hz=cfg.control_hz or None, max_episode_steps=steps,
+                    node_name="robot_rl_collect")  # fmt: skip
+
+
 # backend name -> env factory.  A backend's env follows the gym API with dict obs ("state" + uint8 camera
-# frames) and info["success"]; it may add info["camera_timestamps"] ({camera: seconds}) for real sensors.
-ENV_BACKENDS: dict[str, Callable[[CollectConfig], gym.Env]] = {"sim": _make_sim_env}
+# frames) and info["success"]; it may add info["state_timestamp"] (seconds) and info["camera_timestamps"]
+# ({camera: seconds}), wall-clock stamps of the observation's sources (ROS header stamps), stored relative to the
+# episode start.
+ENV_BACKENDS: dict[str, Callable[[CollectConfig], gym.Env]] = {"sim": _make_sim_env, "robot": _make_robot_env}
 
 
 def make_collect_env(cfg: CollectConfig) -> gym.Env:
@@ -146,10 +168,11 @@ def run_episode(
     device.reset()
     action_dim = int(env.action_space.shape[0])
     obs, info = env.reset(seed=seed)
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     steps: dict[str, list] = {}
     cams = _camera_keys(obs)
-    cam_ts = _camera_times(info, cams, 0.0)
+    cam_ts = _camera_times(info, cams, 0.0, t0_wall)
+    state_ts = info.get("state_timestamp")
     ret, done, verdict, label = 0.0, False, "keep", None
     success = bool(info.get("success", False))
     while not done:
@@ -172,12 +195,14 @@ def run_episode(
             "success": success,
             "timestamp": np.float64(stamp),
             **{f"{c}_timestamp": np.float64(cam_ts[c]) for c in cams},
+            **({"state_timestamp": np.float64(state_ts - t0_wall)} if state_ts is not None else {}),
         }
         for k, v in row.items():
             steps.setdefault(k, []).append(v)
         ret += float(reward)
         obs = next_obs
-        cam_ts = _camera_times(info, cams, time.monotonic() - t0)
+        cam_ts = _camera_times(info, cams, time.monotonic() - t0, t0_wall)
+        state_ts = info.get("state_timestamp")
         done = terminated or truncated
         if operator is not None:
             operator.readout(readout_line(env, len(steps["action"]), obs, cmd, success))
@@ -233,9 +258,10 @@ def readout_line(env: gym.Env, step: int, obs: dict[str, np.ndarray], cmd: Devic
     return "  ".join(parts)
 
 
-def _camera_times(info: dict[str, Any], cams: list[str], default: float) -> dict[str, float]:
+def _camera_times(info: dict[str, Any], cams: list[str], default: float, t0_wall: float) -> dict[str, float]:
+    """Seconds since the episode start: the backend's wall-clock frame stamps, or `default` (the loop's time)."""
     given = info.get("camera_timestamps") or {}
-    return {c: float(given.get(c, default)) for c in cams}
+    return {c: float(given[c]) - t0_wall if c in given else default for c in cams}
 
 
 @dataclass
@@ -281,6 +307,9 @@ def collect_to_store(
     env = make_collect_env(cfg) if env is None else env
     # How to build this env again (replay --reexecute): the sim env's config, not the name of a task.
     env_record = _plain(env_config(cfg)) if cfg.backend == "sim" else None
+    # On a robot: which robot (its whole config: name, topics, rates, limits); the observation layout is in
+    # `state_layout` and `cameras` as for every episode.
+    robot_record = _plain(env.unwrapped.cfg) if cfg.backend == "robot" else None
     instruction = cfg.instruction or TASK_INSTRUCTIONS.get(cfg.task, cfg.task)
     seeds = [store.meta(i).get("seed") for i in range(len(store))]
     seed = max([cfg.seed - 1, *(s for s in seeds if isinstance(s, int))]) + 1
@@ -321,7 +350,8 @@ def collect_to_store(
                     break
                 continue
             t = time.monotonic()
-            store.add_episode(ep.data, meta={**ep.meta, "env": env_record}, final=ep.final)
+            meta = {**ep.meta, "env": env_record, **({"robot": robot_record} if robot_record else {})}
+            store.add_episode(ep.data, meta=meta, final=ep.final)
             stats.write_s += time.monotonic() - t
             stats.bytes_written += ep.nbytes
             stats.kept += 1
@@ -359,7 +389,7 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from robot_rl.configs import task_names
-    from robot_rl.demos.teleop import DEVICES, make_device
+    from robot_rl.demos.teleop import DEVICES, UNATTENDED, make_device
 
     tasks = task_names()
     p = argparse.ArgumentParser(prog="robot-rl collect", description=main.__doc__)
@@ -373,6 +403,15 @@ def main(argv: list[str]) -> int:
         help="who drives: the scripted expert, or a person (spacemouse, gamepad: pip install -e '.[teleop]')",
     )
     p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS), help="where episodes run")
+    p.add_argument("--robot", default="sim", help="--backend robot: robot config, sim | franka | ur5e | file.yaml")
+    p.add_argument("--domain", type=int, default=None, help="--backend robot: DDS domain id (default: the config's)")
+    p.add_argument(
+        "--robot-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--backend robot: robot config override (repeatable), e.g. lockstep=true against `sim-robot --lockstep`",
+    )
     p.add_argument("--sim", default="", help="simulator config as in `train sim=` (mujoco, maniskill, gym, gym_hil)")
     p.add_argument(
         "--env",
@@ -398,8 +437,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
     ns = p.parse_args(argv)
-    human = ns.device != "scripted"
+    human = ns.device not in UNATTENDED
     hz = ns.hz if ns.hz is not None else (10.0 if human else 0.0)
+    robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
     if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1:
         raise UserError("--episodes and --image-size must be >= 1, --hz and --max-steps >= 0")
     from robot_rl.cli import load_config  # the env exactly as `train` composes it, through the one env factory
@@ -418,7 +458,10 @@ def main(argv: list[str]) -> int:
         instruction=ns.instruction,
         success_only=ns.success_only,
         seed=ns.seed,
-        hz=hz,
+        hz=0.0 if ns.backend == "robot" else hz,  # a RobotEnv keeps its own control rate
+        robot=ns.robot,
+        robot_overrides=robot_overrides,
+        control_hz=ns.hz or 0.0,
     )
     if (ns.store / "commit.json").exists() and not ns.resume:
         raise UserError(f"{ns.store} already exists; pass --resume to add to it")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from robot_rl.demos.teleop.base import EVENTS, DeviceCommand, PacketError, TeleopDevice, to_action
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 
-DEVICES = ("scripted", "spacemouse", "gamepad", "keyboard")
+DEVICES = ("scripted", "spacemouse", "gamepad", "keyboard", "simulated")
+UNATTENDED = ("scripted", "simulated")  # devices that need no person at the terminal
 
 __all__ = [
     "DEVICES",
+    "UNATTENDED",
     "EVENTS",
     "DeviceCommand",
     "PacketError",
@@ -22,6 +24,10 @@ __all__ = [
 def make_device(name: str, seed: int | None = None, noise_std: float = 0.0) -> TeleopDevice:
     if name == "scripted":
         return ScriptedDevice(noise_std=noise_std, seed=seed)
+    if name == "simulated":
+        from robot_rl.demos.teleop.simulated import SimulatedOperator
+
+        return SimulatedOperator()
     if name == "spacemouse":
         from robot_rl.demos.teleop.spacemouse import open_spacemouse
 
