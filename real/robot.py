@@ -376,7 +376,13 @@ class RobotEnv(gym.Env):
         else:
             input(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
         since = time.time()
-        self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "fresh state")
+        try:
+            self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "state")
+        except TimeoutError:
+            silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
+            hint = " (a sim robot publishes cameras only with --cameras)" if any("camera" in t for t in silent) else ""
+            wait = self.cfg.reset_timeout_s
+            raise TimeoutError(f"[{self.cfg.name}] nothing fresh on {silent} within {wait}s{hint}") from None
         if self._robot_estop:  # the robot answered the reset and still holds its e-stop (its status is latched)
             raise SafetyStop("e-stop is pressed on the robot side; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
