@@ -400,7 +400,8 @@ def main(argv: list[str]) -> int:
         "--device",
         choices=DEVICES,
         default="scripted",
-        help="who drives: the scripted expert, a person (spacemouse, gamepad: pip install -e '.[teleop]'), or the simulated operator (sim robot only)",
+        help="who drives: the scripted expert, a person (spacemouse, gamepad: pip install -e '.[teleop]'), "
+        "or the simulated operator (on the sim robot only)",
     )
     p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS), help="where episodes run")
     p.add_argument("--robot", default="sim", help="--backend robot: robot config, sim | franka | ur5e | file.yaml")
