@@ -155,6 +155,7 @@ TRAIN_EXAMPLES = """examples:
   robot-rl train task=peg_insert obs=pixels seed=3
   robot-rl train demos.path=data/kb.zarr loop.env_steps=20000
   robot-rl train resume=runs/<run>                 continue after a crash or Ctrl-C
+  robot-rl train robot=sim robot.lockstep=true intervention.enabled=false   (the arm of `sim-robot --lockstep`)
   robot-rl train algo=bc_diffusion demos.path=data/demos.zarr"""
 
 
