@@ -408,6 +408,7 @@ class TrainingRun:
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
             "demo_episodes": len(self.store) if self.store is not None else 0,
             "robot": cfg.robot.name if cfg.robot is not None else None,
+            "env": type(self.eval_env.unwrapped).__name__,  # what evaluations (and, in one process, the actor) stepped
             # where reward and success came from: the sim's own check, or a robot's success topic
             "reward_source": f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source,
             "obs_layout": {"state": self.state_layout, "cameras": list(obs_layout(self.eval_env)[1])},

@@ -1,0 +1,110 @@
+"""`robot-rl train robot=sim` against a `robot-rl sim-robot --lockstep` process over real ROS 2: the HIL-SERL actor
+and every evaluation step the arm through `RobotEnv`, the policy sees proprio (and cameras) but never the object."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from real_util import spawn, stop, wait_until
+from safetensors import safe_open
+
+from robot_rl.envs import PRIVILEGED_FIELDS
+
+STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
+
+
+def sim_robot(domain: int, *extra: str) -> subprocess.Popen:
+    return spawn("sim-robot", "--lockstep", "--domain", str(domain), *extra)
+
+
+def simulated_s(sim: subprocess.Popen) -> float:
+    """Stops the sim robot (SIGTERM: it logs how much simulated time the commands it got advanced)."""
+    sim.terminate()
+    _, err = sim.communicate(timeout=30)
+    found = re.search(r"stopped after \d+ ticks, ([\d.]+) s simulated", err)
+    assert found, err[-2000:]
+    return float(found.group(1))
+
+
+def train(domain: int, *overrides: str) -> subprocess.Popen:
+    return spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "intervention.enabled=false",
+                 "threads=1", *overrides)  # fmt: skip
+
+
+def policy_state_dim(ckpt: Path) -> int:
+    with safe_open(str(ckpt / "model.safetensors"), "pt") as f:
+        return f.get_slice("policy.encoder.state_mean").get_shape()[-1]
+
+
+def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_object_pose(
+    domain: int, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        tr = train(domain, f"loop.env_steps={STEPS}", "loop.eval_every=100", "loop.eval_episodes=1",
+                   "loop.final_eval_episodes=2", "loop.checkpoint_every=100", f"run_dir={run}")  # fmt: skip
+        out, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+        seconds = simulated_s(sim)
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["env_steps"] == STEPS and summary["updates"] == STEPS
+    assert summary["robot"] == "sim" and summary["env"] == "RobotEnv" and summary["reward_source"] == "success topic"
+    assert summary["demo_episodes"] == 0
+    assert [e["env_steps"] for e in summary["evals"]] == [100, 200, 200]
+    assert all(e["mean_length"] == EPISODE for e in summary["evals"])  # a random policy never lifts the cube
+    for name in ("step_00000100", "step_00000200", "final"):
+        assert (run / "checkpoints" / name).is_dir()
+    # What the policy observes: proprio only. No object field, and the saved policy's input is exactly that wide.
+    state = summary["obs_layout"]["state"]
+    assert list(state) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
+    assert not set(state) & set(PRIVILEGED_FIELDS) and summary["obs_layout"]["cameras"] == []
+    assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 23
+    # Every step the robot advanced was commanded: training, the normaliser's probe episode and all evaluation
+    # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv.
+    commanded = STEPS + EPISODE + 4 * EPISODE
+    assert seconds >= commanded / 10.0 - 1e-6, seconds
+
+
+def test_a_killed_robot_run_resumes_from_its_checkpoint(domain: int, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        first = train(domain, "loop.env_steps=100000", "loop.eval_every=0", "loop.checkpoint_every=50",
+                      f"run_dir={run}")  # fmt: skip
+        try:
+            wait_until(lambda: (run / "checkpoints" / "step_00000100").is_dir() or first.poll() is not None, 90,
+                       "a checkpoint")  # fmt: skip
+        finally:
+            stop(first)  # SIGKILL: nothing gets saved on the way out
+        assert not (run / "summary.json").exists()
+        second = spawn("train", f"resume={run}", "loop.env_steps=150", "loop.final_eval_episodes=1")
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    assert re.search(r"resumed .* from step_000001\d0: 1\d0 env steps", out + err), (out + err)[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["env_steps"] == 150 and summary["robot"] == "sim"
+    assert summary["env"] == "RobotEnv"
+
+
+def test_cameras_with_a_crop_build_and_train_on_the_sim_robot(domain: int, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain, "--cameras", "front,wrist")
+    cams = "[{name: front, topic: camera/front/image, crop: [8, 8, 48, 48]}, {name: wrist, topic: camera/wrist/image}]"
+    try:
+        tr = train(domain, "obs=pixels", f"robot.cameras={cams}", "loop.env_steps=60", "loop.eval_every=0",
+                   "loop.final_eval_episodes=1", "sac.batch_size=16", f"run_dir={run}")  # fmt: skip
+        out, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["obs_layout"]["cameras"] == ["front", "wrist"]
+    assert not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
