@@ -32,6 +32,15 @@ def robot_cameras(cfg: EnvConfig) -> tuple[str, ...]:
     return tuple(cfg.cameras) if cfg.obs == "pixels" else ()
 
 
+def robot_obs_layout(cfg: EnvConfig, robot: RobotConfig) -> tuple[int, tuple[str, ...], int]:
+    """(state dim, camera keys, image size) a robot run observes, without connecting to the robot: what a
+    checkpoint's policy is built with (`sim.envs.obs_layout` of the env it would make)."""
+    from robot_rl.real.robot import proprio_layout
+
+    cameras = robot_cameras(cfg)
+    return max(s.stop for s in proprio_layout(robot).values()), cameras, cfg.image_size if cameras else 0
+
+
 def make_robot_env(
     cfg: EnvConfig, robot: RobotConfig, seed: int | None = None, node_name: str = "robot_rl_env"
 ) -> gym.Env:

@@ -113,11 +113,8 @@ def check_robot_run(cfg: TrainConfig) -> None:
 def expected_obs_shapes(cfg: TrainConfig) -> dict[str, tuple[int, ...]]:
     """Key -> shape of one observation the run's env makes (a robot's without connecting to it)."""
     if cfg.robot is not None:
-        from robot_rl.real.robot import proprio_layout
-
-        n_state = max(s.stop for s in proprio_layout(cfg.robot).values())
-        size = cfg.env.image_size
-        return {"state": (n_state,), **{c: (size, size, 3) for c in envs.robot_cameras(cfg.env)}}
+        n_state, cameras, size = envs.robot_obs_layout(cfg.env, cfg.robot)
+        return {"state": (n_state,), **{c: (size, size, 3) for c in cameras}}
     env = make_env(cfg.env)
     try:
         return {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}

@@ -8,9 +8,11 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
+from robot_rl.checkpoint import load_policy
 from robot_rl.envs import PRIVILEGED_FIELDS
 
 STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
@@ -65,6 +67,8 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
     assert list(state) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
     assert not set(state) & set(PRIVILEGED_FIELDS) and summary["obs_layout"]["cameras"] == []
     assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 23
+    policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
+    assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(23, np.float32)}).shape == (4,)
     # Every step the robot advanced was commanded: training, the normaliser's probe episode and all evaluation
     # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv.
     commanded = STEPS + EPISODE + 4 * EPISODE
