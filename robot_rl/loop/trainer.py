@@ -47,6 +47,7 @@ from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
+from robot_rl.types import Transition
 
 
 def resolve_device(name: str) -> torch.device:
@@ -110,16 +111,33 @@ def check_robot_run(cfg: TrainConfig) -> None:
         raise UserError(f"{where}: {e}") from None
 
 
-def expected_obs_shapes(cfg: TrainConfig) -> dict[str, tuple[int, ...]]:
-    """Key -> shape of one observation the run's env makes (a robot's without connecting to it)."""
+def expected_obs(cfg: TrainConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, list[int]]]:
+    """(key -> shape of one observation, state field -> [start, stop]) of the run's env; a robot's without
+    connecting to it."""
     if cfg.robot is not None:
+        from robot_rl.real.robot import proprio_layout
+
         n_state, cameras, size = envs.robot_obs_layout(cfg.env, cfg.robot)
-        return {"state": (n_state,), **{c: (size, size, 3) for c in cameras}}
+        layout = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
+        return {"state": (n_state,), **{c: (size, size, 3) for c in cameras}}, layout
     env = make_env(cfg.env)
     try:
-        return {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}
+        return {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}, envs.state_layout(env)
     finally:
         env.close()
+
+
+def state_fields(stored: dict, wanted: dict[str, list[int]], where: str) -> np.ndarray | None:
+    """Indices into a stored `state` that give the run's layout, picked by field name (a robot store records joints
+    and the tracker's object pose; a robot run reads only the proprio fields); None when the layouts agree."""
+    stored = {k: list(v) for k, v in (stored or {}).items()}
+    if not stored or not wanted or stored == wanted:
+        return None
+    bad = [k for k, (a, b) in wanted.items() if k not in stored or stored[k][1] - stored[k][0] != b - a]
+    if bad:
+        raise UserError(f"{where} records state fields {list(stored)} without {bad}, which this run observes "
+                        f"({list(wanted)}): record demos that measure them (`collect --backend robot`)")  # fmt: skip
+    return np.concatenate([np.arange(*stored[k]) for k in wanted])
 
 
 def check_demo_store(cfg: TrainConfig) -> None:
@@ -136,21 +154,21 @@ def check_demo_store(cfg: TrainConfig) -> None:
     if tasks and tasks != [cfg.env.task]:
         raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
                         "pick the matching task= or store")  # fmt: skip
-    wanted = expected_obs_shapes(cfg)
-    if cfg.robot is not None:
-        from robot_rl.real.robot import proprio_layout
-
-        with EpisodeStore(cfg.demos.path, "r") as st:
-            stored_layout = st.meta(0).get("state_layout") or {}
-        want = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
-        if {k: list(v) for k, v in stored_layout.items()} != want:
-            raise UserError(f"{where} records state fields {list(stored_layout)}, but robot={cfg.robot.name} "
-                            f"observes {list(want)} (no object pose): record demos with that layout")  # fmt: skip
+    wanted, layout = expected_obs(cfg)
+    with EpisodeStore(cfg.demos.path, "r") as st:
+        for i in range(len(st)):
+            if (idx := state_fields(st.meta(i).get("state_layout"), layout, where)) is not None:
+                stored["state"] = (len(idx),)
     for k, shape in wanted.items():
         if stored.get(k) != shape:
             have = f"stores {k} as {stored[k]}" if k in stored else f"has no {k!r} (it stores {', '.join(stored)})"
             raise UserError(f"{where} {have}, but {cfg.env.task} with obs={cfg.env.obs} image_size="
                             f"{cfg.env.image_size} observes {k} as {shape}")  # fmt: skip
+
+
+def pick_state(t: Transition, idx: np.ndarray) -> Transition:
+    return dataclasses.replace(t, obs={**t.obs, "state": t.obs["state"][idx]},
+                               next_obs={**t.next_obs, "state": t.next_obs["state"][idx]})  # fmt: skip
 
 
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
@@ -291,6 +309,9 @@ class TrainingRun:
             base_cameras = obs_layout(self.eval_env.env)[1] if cfg.algo == "residual" else cameras
             for i in range(len(self.store) if self.store is not None else 0):
                 episode = episode_transitions(self.store, i, ["state", *base_cameras])
+                where = f"demos.path={cfg.demos.path}"
+                if (idx := state_fields(self.store.meta(i).get("state_layout"), self.state_layout, where)) is not None:
+                    episode = (pick_state(t, idx) for t in episode)
                 if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:

@@ -112,3 +112,26 @@ def test_cameras_with_a_crop_build_and_train_on_the_sim_robot(domain: int, tmp_p
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["obs_layout"]["cameras"] == ["front", "wrist"]
     assert not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
+
+
+def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(domain: int, tmp_path: Path) -> None:
+    store, run = tmp_path / "demos", tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        col = spawn("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain),
+                    "--robot-set", "lockstep=true", "-n", "1", "--device", "simulated", "--max-steps", "20",
+                    "--obs", "state", "--no-fsync")  # fmt: skip
+        _, err = col.communicate(timeout=120)
+        assert col.returncode == 0, err[-3000:]
+        tr = train(domain, f"demos.path={store}", "loop.env_steps=20", "loop.eval_every=0",
+                   "loop.final_eval_episodes=1", f"run_dir={run}")  # fmt: skip
+        _, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["demo_episodes"] == 1 and not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
+    # The demo transitions went into the replay as the run's 23 proprio values (the store holds 29 per step).
+    with np.load(run / "checkpoints" / "final" / "buffer_demo.npz") as buf:
+        valid, states = buf["valid"], buf["obs.state"]
+    assert valid.sum() >= 1 and states.shape[1] == 23
