@@ -51,6 +51,12 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
                    "loop.final_eval_episodes=2", "loop.checkpoint_every=100", f"run_dir={run}")  # fmt: skip
         out, err = tr.communicate(timeout=120)
         assert tr.returncode == 0, err[-3000:]
+        # The checkpoint deploys on the same arm with no sim task behind it (it observes the robot's layout).
+        dep = spawn("deploy", str(run), "--robot", "sim", "--episodes", "1", "--domain", str(domain), "--quiet",
+                    "lockstep=true")  # fmt: skip
+        dout, derr = dep.communicate(timeout=60)
+        assert dep.returncode == 0, derr[-3000:]
+        assert json.loads(dout)["per_episode"][0]["steps"] == EPISODE
         seconds = simulated_s(sim)
     finally:
         stop(sim)
@@ -70,8 +76,9 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
     policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
     assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(23, np.float32)}).shape == (4,)
     # Every step the robot advanced was commanded: training, the normaliser's probe episode and all evaluation
-    # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv.
-    commanded = STEPS + EPISODE + 4 * EPISODE
+    # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv (a sim env would not
+    # have advanced it).
+    commanded = STEPS + EPISODE + 4 * EPISODE + EPISODE  # and the deployed episode
     assert seconds >= commanded / 10.0 - 1e-6, seconds
 
 
