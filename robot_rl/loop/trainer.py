@@ -319,7 +319,9 @@ class TrainingRun:
         algo = SAC(cfg.sac, state_dim, self.eval_env.action_space.shape[0], cameras, image_size)
         if len(demo_buf):
             algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
-        else:  # no demos (DSRL, a robot run): the states of a few random episodes fix the normaliser
+        elif not (cfg.robot is not None and cfg.resume and latest_checkpoint(self.run_dir / "checkpoints")):
+            # No demos (DSRL, a robot run): the states of a few random episodes fix the normaliser. A robot run
+            # resuming from a checkpoint skips it (the checkpoint carries the normaliser): it costs the arm time.
             probe = probe_states(self.eval_env, cfg.seed, episodes=1 if cfg.robot is not None else 5)
             algo.policy.encoder.set_state_normalization(torch.from_numpy(probe))
         self.algo = algo.to(self.device)
