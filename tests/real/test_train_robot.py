@@ -9,11 +9,15 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
 from robot_rl.checkpoint import load_policy
+from robot_rl.cli import load_config
 from robot_rl.envs import PRIVILEGED_FIELDS
+from robot_rl.errors import UserError
+from robot_rl.loop.trainer import check_robot_run
 
 STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
 
@@ -142,3 +146,18 @@ def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(
     with np.load(run / "checkpoints" / "final" / "buffer_demo.npz") as buf:
         valid, states = buf["valid"], buf["obs.state"]
     assert valid.sum() >= 1 and states.shape[1] == 23
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], "set intervention.enabled=false"),
+        (["intervention.enabled=false", "reward.source=classifier"], "the reward is its success topic"),
+        (["intervention.enabled=false", "env.obs=both"], "object's pose, which a robot does not measure"),
+        (["intervention.enabled=false", "algo=residual"], "only algo=sac trains on a robot"),
+    ],
+)
+def test_what_a_robot_run_cannot_do_yet_fails_at_start_up_saying_what_to_set(overrides, message) -> None:
+    cfg = load_config(["robot=sim", *overrides])
+    with pytest.raises(UserError, match=message):
+        check_robot_run(cfg)
