@@ -14,7 +14,7 @@ from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
 from robot_rl.checkpoint import load_policy
-from robot_rl.cli import load_config
+from robot_rl.cli import ConfigError, load_config
 from robot_rl.envs import PRIVILEGED_FIELDS
 from robot_rl.errors import UserError
 from robot_rl.loop.trainer import check_robot_run
@@ -161,3 +161,8 @@ def test_what_a_robot_run_cannot_do_yet_fails_at_start_up_saying_what_to_set(ove
     cfg = load_config(["robot=sim", *overrides])
     with pytest.raises(UserError, match=message):
         check_robot_run(cfg)
+
+
+def test_a_robot_key_without_a_robot_says_to_choose_one() -> None:
+    with pytest.raises(ConfigError, match="no robot is chosen: add robot=<name>"):
+        load_config(["robot.lockstep=true"])
