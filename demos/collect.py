@@ -98,14 +98,21 @@ def _make_robot_env(cfg: CollectConfig) -> gym.Env:
     """`RobotEnv` over the robot's ROS 2 topics, observing what the sim task observes (same state layout, cameras),
     so robot episodes and sim episodes train the same policy. The sim env is built only to read that layout."""
     from robot_rl.real.config import load_robot_config
-    from robot_rl.real.robot import RobotEnv
+    from robot_rl.real.robot import RobotEnv, proprio_layout
     from robot_rl.sim.envs import make_env
 
     robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
     robot.image_size = cfg.image_size
     task_env = make_env(dataclasses.replace(env_config(cfg), obs="state", cameras=()))
-    layout, steps = task_env.unwrapped.state_layout, task_env.unwrapped.max_episode_steps
+    layout, steps = dict(task_env.unwrapped.state_layout), task_env.unwrapped.max_episode_steps
     task_env.close()
+    # The sim task's fields (with the object pose the simulated operator steers by), then what a robot run trains
+    # on besides (`proprio_layout`: joint positions and velocities); training picks its fields by name.
+    end = max(s.stop for s in layout.values())
+    for name, sl in proprio_layout(robot).items():
+        if name not in layout:
+            layout[name] = slice(end, end + sl.stop - sl.start)
+            end = layout[name].stop
     cameras = tuple(cfg.cameras) if cfg.obs in ("pixels", "both") else ()
     return RobotEnv(robot, layout, cameras, hz=cfg.control_hz or None, max_episode_steps=steps,
                     node_name="robot_rl_collect")  # fmt: skip

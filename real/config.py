@@ -25,6 +25,9 @@ class CameraConfig:
     name: str = "front"  # observation key; must match the camera names the policy was trained with
     topic: str = "camera/front/image"
     compressed: bool = False  # sensor_msgs/CompressedImage (jpeg/png) instead of sensor_msgs/Image
+    # [top, left, height, width] in the camera's own pixels, cut before the resize to `image_size` (empty: the
+    # whole frame): keeps the workspace in view at 64 px instead of the cell's walls.
+    crop: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -93,11 +96,19 @@ def load_robot_config(name_or_path: str, overrides: list[str] | None = None) -> 
         OmegaConf.from_dotlist(list(overrides or [])),
     )
     cfg: RobotConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    check_robot_config(cfg)
+    return cfg
+
+
+def check_robot_config(cfg: RobotConfig) -> None:
+    """Values a structured config cannot type-check: enums, crops, limits per joint."""
     if cfg.command_type not in COMMAND_TYPES:
         raise ValueError(f"command_type must be one of {COMMAND_TYPES}, got {cfg.command_type!r}")
+    for cam in cfg.cameras:
+        if cam.crop and (len(cam.crop) != 4 or min(cam.crop[2:]) <= 0 or min(cam.crop[:2]) < 0):
+            raise ValueError(f"camera {cam.name}: crop must be [top, left, height, width], got {cam.crop}")
     if cfg.reset not in RESET_MODES:
         raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
     s = cfg.safety
     if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
         raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")
-    return cfg

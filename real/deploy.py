@@ -72,17 +72,24 @@ def deploy(
     cfg = checkpoint_config(checkpoint)
     if cfg.env.yaw:
         raise ValueError("deployment supports position-only policies (env.yaw=false)")
-    task_env = agent_env(cfg, make_env(cfg.env))  # only for layouts (and a residual's base), never stepped
-    agent, _ = load_policy(checkpoint, task_env)
-    policy = env_policy(cfg, agent, task_env)  # a residual agent runs with its frozen base
-    sim = task_env.unwrapped
-    cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
     robot = dataclasses.replace(robot, max_step=cfg.env.max_step, image_size=cfg.env.image_size)
     if hz is not None and hz != cfg.env.control_hz:
         log.warning("running at %.1f Hz, the policy was trained at %.1f Hz: its steps now take a different time",
                     hz, cfg.env.control_hz)  # fmt: skip
-    env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps)
-    sim.close()
+    if cfg.robot is not None:  # trained on a robot (`train robot=...`): what a cell measures, no sim needed
+        from robot_rl.envs import make_robot_env
+
+        policy, _ = load_policy(checkpoint)
+        env_cfg = dataclasses.replace(cfg.env, control_hz=hz or cfg.env.control_hz)
+        env = make_robot_env(env_cfg, robot, node_name="robot_rl_deploy")
+    else:
+        task_env = agent_env(cfg, make_env(cfg.env))  # only for layouts (and a residual's base), never stepped
+        agent, _ = load_policy(checkpoint, task_env)
+        policy = env_policy(cfg, agent, task_env)  # a residual agent runs with its frozen base
+        sim = task_env.unwrapped
+        cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
+        env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps)
+        sim.close()
     store = None
     if record is not None:
         from robot_rl.demos.store import EpisodeStore

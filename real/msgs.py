@@ -85,6 +85,13 @@ def joint_positions(msg: Any, names: list[str]) -> np.ndarray:
     return np.array([pos[index[n]] if n in index and index[n] < len(pos) else np.nan for n in names])
 
 
+def joint_velocities(msg: Any, names: list[str]) -> np.ndarray:
+    """Velocities in `names` order; a joint without one (drivers may leave `velocity` empty) is NaN."""
+    index = {n: i for i, n in enumerate(msg.name)}
+    vel = np.asarray(msg.velocity, np.float64)
+    return np.array([vel[index[n]] if n in index and index[n] < len(vel) else np.nan for n in names])
+
+
 def scalar(ros_type: str, value: float | bool | int) -> Any:
     return _t(ros_type)(data=value)
 
@@ -101,8 +108,9 @@ def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
     )  # fmt: skip
 
 
-def decode_image(msg: Any, compressed: bool, size: int) -> np.ndarray:
-    """uint8 RGB (size, size, 3) from Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (jpeg/png)."""
+def decode_image(msg: Any, compressed: bool, size: int, crop: list[int] | None = None) -> np.ndarray:
+    """uint8 RGB (size, size, 3) from Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (jpeg/png), cut to
+    `crop` ([top, left, height, width] in source pixels) before the resize."""
     data = np.asarray(msg.data, np.uint8)
     if compressed:
         bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
@@ -119,6 +127,11 @@ def decode_image(msg: Any, compressed: bool, size: int) -> np.ndarray:
         conv = {"bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB, "bgra8": cv2.COLOR_BGRA2RGB,
                 "mono8": cv2.COLOR_GRAY2RGB}.get(msg.encoding)  # fmt: skip
         rgb = cv2.cvtColor(img, conv) if conv is not None else img
+    if crop:
+        top, left, h, w = crop
+        if top + h > rgb.shape[0] or left + w > rgb.shape[1]:
+            raise ValueError(f"crop {list(crop)} does not fit a {rgb.shape[1]}x{rgb.shape[0]} image")
+        rgb = rgb[top : top + h, left : left + w]
     if rgb.shape[:2] != (size, size):
         rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray(rgb)

@@ -39,9 +39,24 @@ STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
-STATE_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "last_action", *OBJECT_FIELDS)
+PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
+STATE_FIELDS = (*PROPRIO_FIELDS, "last_action", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
+
+
+def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
+    """What a real cell measures without a tracker: TCP position and yaw, gripper opening, TCP velocity, then the
+    arm's joint positions and velocities (in `cfg.joint_names` order). No object pose: it is what training on a
+    robot observes."""
+    sizes = {"tcp_pos": 3, "ee_yaw_sin_cos": 2, "gripper_opening": 1, "tcp_vel": 3}
+    sizes |= {"joint_pos": len(cfg.joint_names), "joint_vel": len(cfg.joint_names)}
+    layout, start = {}, 0
+    for name in PROPRIO_FIELDS:
+        if sizes[name]:
+            layout[name] = slice(start, start + sizes[name])
+            start += sizes[name]
+    return layout
 
 
 class StaleDataError(RuntimeError):
@@ -127,6 +142,7 @@ class RobotEnv(gym.Env):
         )
         self._own_transport = transport is None
         self._needs_object = bool(set(state_layout) & set(OBJECT_FIELDS))
+        self._needs_joint_vel = "joint_vel" in state_layout
         if self._needs_object and not cfg.object_pose_topic:
             raise ValueError("the policy observes the object but the robot config has no object_pose_topic")
         # Streams that make up an observation: key -> (subscription, has a header stamp).
@@ -238,7 +254,10 @@ class RobotEnv(gym.Env):
             "gripper_opening": np.array([state.gripper]),
             "tcp_vel": vel,
             "last_action": self._last_action,
+            "joint_pos": state.joint_pos,
         }
+        if self._needs_joint_vel:
+            parts["joint_vel"] = msgs.joint_velocities(self._latest["joints"][0], self.cfg.joint_names)
         if self._needs_object:
             obj, obj_quat = msgs.pose_of(self._latest["object"][0])
             yaw4 = 4.0 * _yaw(obj_quat)
@@ -251,7 +270,9 @@ class RobotEnv(gym.Env):
             raise StaleDataError(f"robot state contains NaN/inf: {vec}")
         obs = {"state": vec}
         for name, cam in self._cams.items():
-            obs[name] = msgs.decode_image(self._latest[f"camera:{name}"][0], cam.compressed, self.cfg.image_size)
+            obs[name] = msgs.decode_image(
+                self._latest[f"camera:{name}"][0], cam.compressed, self.cfg.image_size, cam.crop
+            )
         self.last_obs = obs
         return obs
 

@@ -162,11 +162,16 @@ def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianP
     one; without it one is built just to read the observation layout."""
     path = resolve_checkpoint(path)
     cfg = checkpoint_config(path)
-    agent_env_ = env if env is not None else agent_env(cfg, make_env(cfg.env))
-    state_dim, cameras, image_size = obs_layout(agent_env_)
-    act_dim = agent_env_.action_space.shape[0]
-    if env is None:
-        agent_env_.close()
+    if env is None and cfg.robot is not None:  # trained on a robot: its layout, without connecting to it
+        from robot_rl.envs import robot_obs_layout
+
+        (state_dim, cameras, image_size), act_dim = robot_obs_layout(cfg.env, cfg.robot), 4
+    else:
+        agent_env_ = env if env is not None else agent_env(cfg, make_env(cfg.env))
+        state_dim, cameras, image_size = obs_layout(agent_env_)
+        act_dim = agent_env_.action_space.shape[0]
+        if env is None:
+            agent_env_.close()
     if cfg.algo == "bc":
         policy = make_chunk_policy(cfg.bc.policy, state_dim, act_dim, cameras, image_size or 64)
     else:

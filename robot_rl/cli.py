@@ -56,6 +56,10 @@ def load_config(overrides: list[str]) -> TrainConfig:
     from robot_rl.config import TrainConfig, check_values, register_configs
 
     register_configs()
+    keys = [o for o in overrides if o.startswith("robot.")]
+    if keys and not any(o.startswith("robot=") for o in overrides):
+        raise ConfigError(f"bad configuration: {keys[0]} sets a key of the robot, but no robot is chosen: add "
+                          "robot=<name> (one of configs/robot/, e.g. robot=sim)")  # fmt: skip
     if not any(o.startswith("profile=") for o in overrides):
         overrides = [*overrides, f"profile={'gpu' if torch.cuda.is_available() else 'cpu'}"]
     try:
@@ -155,6 +159,7 @@ TRAIN_EXAMPLES = """examples:
   robot-rl train task=peg_insert obs=pixels seed=3
   robot-rl train demos.path=data/kb.zarr loop.env_steps=20000
   robot-rl train resume=runs/<run>                 continue after a crash or Ctrl-C
+  robot-rl train robot=sim robot.lockstep=true intervention.enabled=false   (the arm of `sim-robot --lockstep`)
   robot-rl train algo=bc_diffusion demos.path=data/demos.zarr"""
 
 

@@ -7,6 +7,7 @@ files in `configs/` only choose between groups (task, obs, profile).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -15,6 +16,7 @@ from robot_rl.algos.dsrl import DSRLConfig
 from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SACConfig
 from robot_rl.policies.chunked import ChunkPolicyConfig
+from robot_rl.real.config import RobotConfig
 from robot_rl.sim.envs import EnvConfig
 from robot_rl.sim.experts import InterventionConfig
 from robot_rl.transport.base import TransportConfig
@@ -93,6 +95,9 @@ ALGOS = ("sac", "bc", "residual", "dsrl")
 class TrainConfig:
     algo: str = "sac"  # sac (HIL-SERL) | bc (imitation) | residual (SAC on a frozen base) | dsrl (SAC in noise space)
     env: EnvConfig = field(default_factory=EnvConfig)
+    # `robot=<name>` (configs/robot/): act on that arm through its ROS 2 topics instead of the in-process simulator,
+    # e.g. `robot=sim robot.lockstep=true` against `robot-rl sim-robot --lockstep`; None => simulate (env.sim)
+    robot: Optional[RobotConfig] = None  # noqa: UP045 (OmegaConf reads the annotation)
     sac: SACConfig = field(default_factory=SACConfig)
     bc: BCConfig = field(default_factory=BCConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)

@@ -139,6 +139,12 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     from robot_rl.sim.envs import make_env
 
     cfg = checkpoint_config(ckpt)
+    if cfg.robot is not None:
+        from robot_rl.errors import UserError
+
+        name = cfg.robot.name
+        raise UserError(f"{ckpt} was trained on robot={name}, whose observations a sim task does not make: "
+                        f"evaluate it there, `robot-rl deploy {ckpt} --robot {name} --episodes N`")  # fmt: skip
     env_cfg = cfg.env
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))

@@ -375,6 +375,11 @@ class PandaEnv(gym.Env):
         return d.qpos[ARM_DOFS].copy()
 
 
+def task_episode_steps(cfg: EnvConfig) -> int:
+    """Episode length of `cfg`'s task without building it (a robot runs the task's length too)."""
+    return cfg.max_episode_steps or (_TASKS[cfg.task].episode_steps if cfg.task in _TASKS else 50)
+
+
 def obs_layout(env: gym.Env) -> tuple[int, tuple[str, ...], int]:
     """(state dim, camera keys, image size) of an env following this module's observation convention."""
     space = env.observation_space

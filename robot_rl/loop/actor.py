@@ -82,6 +82,10 @@ class Actor:
         self._ep_return = 0.0
         return obs
 
+    def abandon_episode(self) -> None:
+        """The env was reset under us (an evaluation on the same robot): the next step starts a new episode."""
+        self._obs = None
+
     def step(self) -> Transition:
         """One env step; resets on the way in when the previous episode ended."""
         if self._obs is None:

@@ -67,7 +67,7 @@ def train_bc(cfg: TrainConfig) -> Path:
 
     eval_env = make_env(cfg.env, seed=cfg.seed + 1)
     state_dim, cameras, image_size = obs_layout(eval_env)
-    store = prepare_demos(cfg, run_dir, make_env(cfg.env, seed=cfg.seed))
+    store = prepare_demos(cfg, run_dir)
     keys = ["state", *cameras]
     source = RamSource.from_store(store, [*keys, "action"])
     data = SequenceDataset(source, pcfg.horizon, pcfg.n_obs_steps, keys, n_action_steps=pcfg.n_action_steps)

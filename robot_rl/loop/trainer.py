@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from robot_rl import envs
 from robot_rl.algos.adapters import agent_env
 from robot_rl.algos.reward_classifier import (
     ClassifierReward,
@@ -46,6 +47,7 @@ from robot_rl.loop.actor import Actor, EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
+from robot_rl.types import Transition
 
 
 def resolve_device(name: str) -> torch.device:
@@ -63,6 +65,8 @@ def seed_everything(seed: int) -> None:
 def default_run_dir(cfg: TrainConfig) -> Path:
     """runs/<task>-<obs>-s<seed>-<time>, with -2, -3 ... when two runs start in the same second."""
     task = cfg.env.task.replace("/", "_")  # gymnasium ids like gym_hil/PandaPickCubeBase-v0: one folder
+    if cfg.robot is not None:
+        task += f"-robot_{cfg.robot.name}"
     base = Path("runs") / f"{task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, n = base, 1
     while path.exists():
@@ -85,6 +89,57 @@ def check_run_dir(cfg: TrainConfig) -> None:
         )
 
 
+def check_robot_run(cfg: TrainConfig) -> None:
+    """What a run on a robot (`robot=<name>`) cannot do yet fails here, saying what to set instead."""
+    if cfg.robot is None:
+        return
+    from robot_rl.real.config import check_robot_config
+
+    check_robot_config(cfg.robot)
+    where = f"robot={cfg.robot.name}"
+    if cfg.algo != "sac":
+        raise UserError(f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})")
+    if cfg.intervention.enabled:
+        raise UserError(f"{where}: the simulated human needs the simulator's object state; set "
+                        "intervention.enabled=false (interventions from a device are not wired yet)")  # fmt: skip
+    if cfg.reward.source != "env":
+        raise UserError(f"{where}: reward.source={cfg.reward.source}: on a robot the reward is its success topic "
+                        "(reward.source=env); a frame classifier on a robot is not wired yet")  # fmt: skip
+    try:
+        envs.robot_cameras(cfg.env)
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
+
+
+def expected_obs(cfg: TrainConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, list[int]]]:
+    """(key -> shape of one observation, state field -> [start, stop]) of the run's env; a robot's without
+    connecting to it."""
+    if cfg.robot is not None:
+        from robot_rl.real.robot import proprio_layout
+
+        n_state, cameras, size = envs.robot_obs_layout(cfg.env, cfg.robot)
+        layout = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
+        return {"state": (n_state,), **{c: (size, size, 3) for c in cameras}}, layout
+    env = make_env(cfg.env)
+    try:
+        return {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}, envs.state_layout(env)
+    finally:
+        env.close()
+
+
+def state_fields(stored: dict, wanted: dict[str, list[int]], where: str) -> np.ndarray | None:
+    """Indices into a stored `state` that give the run's layout, picked by field name (a robot store records joints
+    and the tracker's object pose; a robot run reads only the proprio fields); None when the layouts agree."""
+    stored = {k: list(v) for k, v in (stored or {}).items()}
+    if not stored or not wanted or stored == wanted:
+        return None
+    bad = [k for k, (a, b) in wanted.items() if k not in stored or stored[k][1] - stored[k][0] != b - a]
+    if bad:
+        raise UserError(f"{where} records state fields {list(stored)} without {bad}, which this run observes "
+                        f"({list(wanted)}): record demos that measure them (`collect --backend robot`)")  # fmt: skip
+    return np.concatenate([np.arange(*stored[k]) for k in wanted])
+
+
 def check_demo_store(cfg: TrainConfig) -> None:
     """`demos.path` recorded for another task or observation layout fails here, naming both sides, before any work
     (it used to fail minutes later inside the encoder with a tensor size mismatch)."""
@@ -99,11 +154,11 @@ def check_demo_store(cfg: TrainConfig) -> None:
     if tasks and tasks != [cfg.env.task]:
         raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
                         "pick the matching task= or store")  # fmt: skip
-    env = make_env(cfg.env)
-    try:
-        wanted = {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}
-    finally:
-        env.close()
+    wanted, layout = expected_obs(cfg)
+    with EpisodeStore(cfg.demos.path, "r") as st:
+        for i in range(len(st)):
+            if (idx := state_fields(st.meta(i).get("state_layout"), layout, where)) is not None:
+                stored["state"] = (len(idx),)
     for k, shape in wanted.items():
         if stored.get(k) != shape:
             have = f"stores {k} as {stored[k]}" if k in stored else f"has no {k!r} (it stores {', '.join(stored)})"
@@ -111,10 +166,16 @@ def check_demo_store(cfg: TrainConfig) -> None:
                             f"{cfg.env.image_size} observes {k} as {shape}")  # fmt: skip
 
 
+def pick_state(t: Transition, idx: np.ndarray) -> Transition:
+    return dataclasses.replace(t, obs={**t.obs, "state": t.obs["state"][idx]},
+                               next_obs={**t.next_obs, "state": t.next_obs["state"][idx]})  # fmt: skip
+
+
 def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
     """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
     config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
     check_run_dir(cfg)
+    check_robot_run(cfg)
     check_demo_store(cfg)
     torch.set_num_threads(cfg.threads or fastest_threads())
     run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
@@ -137,10 +198,14 @@ class RunState:
     best_eval_success: float = 0.0
 
 
-def prepare_demos(cfg: TrainConfig, run_dir: Path, env) -> EpisodeStore:
-    """Opens the configured store, or collects scripted demos into the run's own (resumable) store."""
+def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
+    """Opens the configured store, or collects scripted demos into the run's own (resumable) store. A robot run
+    has no scripted expert (it needs the object's pose): its demos come from `demos.path` or there are none."""
     if cfg.demos.path:
         return EpisodeStore(cfg.demos.path, mode="r")
+    if cfg.robot is not None:
+        return None
+    env = make_env(cfg.env, seed=cfg.seed)
     store = EpisodeStore(run_dir / "demos.zarr", mode="a")
     if len(store) < cfg.demos.n_episodes:  # a resumed run tops up, continuing after the stored seeds
         collect_cfg = CollectConfig(task=cfg.env.task, success_only=True, seed=10_000 * (cfg.seed + 1))
@@ -171,9 +236,15 @@ def make_reward_classifier(
     return clf
 
 
-def make_train_env(cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None) -> gym.Env:
+def make_train_env(
+    cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None, node_name: str = "robot_rl_actor"
+) -> gym.Env:
     """The env actors step: with a classifier, success no longer ends episodes; only its verdict does. Residual
-    and DSRL agents act through their adapter around it."""
+    and DSRL agents act through their adapter around it. With `cfg.robot`, the arm behind that robot's topics
+    (`robot_rl.envs`): its reward is its success topic."""
+    if cfg.robot is not None:
+        check_robot_run(cfg)
+        return agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
     if cfg.reward.source == "env":
         return agent_env(cfg, make_env(cfg.env, seed=seed))
     if cfg.reward.source != "classifier":
@@ -209,7 +280,8 @@ class TrainingRun:
     `learner.train_to_rate_limit()`, then `after_step()` once per env step until `done`.
     """
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, env: gym.Env | None = None) -> None:
+        """`env`: evaluate in this env (a robot run's one arm, shared with the actor) instead of a fresh one."""
         self.cfg = cfg
         self.run_dir, self.device, self.config_yaml = start_run(cfg)
 
@@ -220,7 +292,8 @@ class TrainingRun:
                 "algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: "
                 "set intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)"
             )
-        self.eval_env = agent_env(cfg, make_env(cfg.env, seed=cfg.seed + 1))
+        self.eval_env = env or agent_env(cfg, envs.make_env(cfg.env, cfg.seed + 1, cfg.robot, "robot_rl_eval"))
+        self.state_layout = envs.state_layout(self.eval_env)
         layout = obs_layout(self.eval_env)
         self.classifier = (
             make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
@@ -230,12 +303,15 @@ class TrainingRun:
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
         self.store = None
         if cfg.algo != "dsrl":
-            self.store = prepare_demos(cfg, self.run_dir, make_env(cfg.env, seed=cfg.seed))
+            self.store = prepare_demos(cfg, self.run_dir)
             # A residual agent may hide cameras its base reads; demos are converted through the base, so they
             # load what the base env observes.
             base_cameras = obs_layout(self.eval_env.env)[1] if cfg.algo == "residual" else cameras
-            for i in range(len(self.store)):
+            for i in range(len(self.store) if self.store is not None else 0):
                 episode = episode_transitions(self.store, i, ["state", *base_cameras])
+                where = f"demos.path={cfg.demos.path}"
+                if (idx := state_fields(self.store.meta(i).get("state_layout"), self.state_layout, where)) is not None:
+                    episode = (pick_state(t, idx) for t in episode)
                 if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:
@@ -243,8 +319,11 @@ class TrainingRun:
         algo = SAC(cfg.sac, state_dim, self.eval_env.action_space.shape[0], cameras, image_size)
         if len(demo_buf):
             algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
-        else:  # no demos (DSRL): the states of a few random episodes fix the normaliser
-            algo.policy.encoder.set_state_normalization(torch.from_numpy(probe_states(self.eval_env, cfg.seed)))
+        elif not (cfg.robot is not None and cfg.resume and latest_checkpoint(self.run_dir / "checkpoints")):
+            # No demos (DSRL, a robot run): the states of a few random episodes fix the normaliser. A robot run
+            # resuming from a checkpoint skips it (the checkpoint carries the normaliser): it costs the arm time.
+            probe = probe_states(self.eval_env, cfg.seed, episodes=1 if cfg.robot is not None else 5)
+            algo.policy.encoder.set_state_normalization(torch.from_numpy(probe))
         self.algo = algo.to(self.device)
         self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
@@ -348,6 +427,11 @@ class TrainingRun:
             "wall_clock_s": round(self.state.wall_clock_s, 2),
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
             "demo_episodes": len(self.store) if self.store is not None else 0,
+            "robot": cfg.robot.name if cfg.robot is not None else None,
+            "env": type(self.eval_env.unwrapped).__name__,  # what evaluations (and, in one process, the actor) stepped
+            # where reward and success came from: the sim's own check, or a robot's success topic
+            "reward_source": f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source,
+            "obs_layout": {"state": self.state_layout, "cameras": list(obs_layout(self.eval_env)[1])},
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / ckpt),
@@ -365,10 +449,13 @@ class TrainingRun:
 
 def train(cfg: TrainConfig) -> Path:
     """The main job in one process: runs (or resumes) a run; returns the path of its summary.json."""
-    run = TrainingRun(cfg)
+    # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node).
+    robot_env = make_train_env(cfg, cfg.seed) if cfg.robot is not None else None
+    run = TrainingRun(cfg, env=robot_env)
     learner = run.learner
     human = make_human(cfg, cfg.seed)
-    actor = Actor(make_train_env(cfg, cfg.seed, run.classifier), copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+    env = robot_env or make_train_env(cfg, cfg.seed, run.classifier)
+    actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
     try:
@@ -379,7 +466,11 @@ def train(cfg: TrainConfig) -> Path:
             learner.train_to_rate_limit()
             if learner.env_steps % cfg.loop.sync_every == 0:
                 actor.load_weights(learner.policy_weights(), learner.updates)
+            evals = len(run.eval_log.entries)
             run.after_step(actor.stats)
+            if robot_env is not None and len(run.eval_log.entries) > evals:
+                actor.abandon_episode()  # the evaluation reset the arm under the actor's episode
+                learner.online.break_sequence()
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(actor.stats, interrupted=True)

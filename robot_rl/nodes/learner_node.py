@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
+from robot_rl.errors import UserError
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.transport import TransitionReceiver, WeightsPublisher, make_transport
@@ -23,6 +24,10 @@ def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
 
 
 def run_learner(cfg: TrainConfig) -> Path:
+    if cfg.robot is not None:
+        # Its evaluations and normaliser probe would drive the arm while an actor node drives it too.
+        raise UserError(f"robot={cfg.robot.name}: a learner node cannot share the arm with actor nodes yet; train on "
+                        "a robot in one process: `robot-rl train robot=...`")  # fmt: skip
     run = TrainingRun(cfg)
     learner = run.learner
     stats = EpisodeStats(episodes=run.state.episodes)

@@ -34,8 +34,11 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             assert meta["robot"]["domain_id"] == domain and meta["env"] is None
             assert meta["device"] == "simulated" and meta["cameras"] == ["front", "wrist"]
             assert meta["state_layout"]["tcp_pos"] == [0, 3] and meta["state_layout"]["cube_pos"][1] <= 13
+            # ... then what a robot run trains on besides: TCP yaw, joint positions and velocities of the 7 arm joints.
+            lay = meta["state_layout"]
+            assert lay["ee_yaw_sin_cos"] == [13, 15] and lay["joint_pos"] == [15, 22] and lay["joint_vel"] == [22, 29]
             n = meta["length"]
-            assert 1 <= n <= STEPS and ep["state"].shape == (n, 13) and ep["front"].shape == (n, 64, 64, 3)
+            assert 1 <= n <= STEPS and ep["state"].shape == (n, 29) and ep["front"].shape == (n, 64, 64, 3)
             # Per-step stamps: the robot's header stamps, seconds since the episode start, increasing; both camera
             # frames come from the same lockstep advance as the state they are recorded with.
             ts = ep["state_timestamp"]

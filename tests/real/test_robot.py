@@ -16,7 +16,7 @@ from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.deploy import deploy
-from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
+from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError, proprio_layout
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.envs import EnvConfig, make_env
@@ -174,6 +174,36 @@ def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
     raw.encoding = "yuv422"
     with pytest.raises(ValueError, match="unsupported image encoding"):
         msgs.decode_image(raw, False, 8)
+
+
+def test_image_crop_cuts_source_pixels_before_the_resize() -> None:
+    rgb = np.zeros((16, 16, 3), np.uint8)
+    rgb[4:12, 2:10] = 200  # the crop window, bright; everything else dark
+    raw = msgs.image_msg(rgb, 1.5, "cam")
+    out = msgs.decode_image(raw, False, 4, crop=[4, 2, 8, 8])
+    assert out.shape == (4, 4, 3) and (out == 200).all()
+    assert (msgs.decode_image(raw, False, 4) < 200).any()  # uncropped, the dark border is in the frame
+    with pytest.raises(ValueError, match="does not fit"):
+        msgs.decode_image(raw, False, 4, crop=[10, 0, 8, 8])
+    with pytest.raises(ValueError, match="crop must be"):
+        load_robot_config("sim", ["cameras=[{name: front, topic: t, crop: [0, 0, 8]}]"])
+
+
+def test_proprio_layout_observes_joint_positions_and_velocities_and_no_object(robot_cfg, served) -> None:
+    lay = proprio_layout(robot_cfg)
+    assert list(lay) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
+    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    try:
+        obs, _ = env.reset(seed=3)
+        assert obs["state"].shape == (23,) and "object" not in env._subs
+        for _ in range(3):
+            obs, *_ = env.step(np.array([1.0, 0.0, 0.0, -1.0]))
+        joints = obs["state"][lay["joint_pos"]]
+        limits = np.array(robot_cfg.safety.joint_lower), np.array(robot_cfg.safety.joint_upper)
+        assert ((joints > limits[0]) & (joints < limits[1])).all()
+        assert np.abs(obs["state"][lay["joint_vel"]]).max() > 1e-3  # the arm is moving in +x
+    finally:
+        env.close()
 
 
 def test_rate_keeper_sleeps_to_absolute_deadlines_and_counts_misses() -> None:

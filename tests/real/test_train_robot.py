@@ -1,0 +1,168 @@
+"""`robot-rl train robot=sim` against a `robot-rl sim-robot --lockstep` process over real ROS 2: the HIL-SERL actor
+and every evaluation step the arm through `RobotEnv`, the policy sees proprio (and cameras) but never the object."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from real_util import spawn, stop, wait_until
+from safetensors import safe_open
+
+from robot_rl.checkpoint import load_policy
+from robot_rl.cli import ConfigError, load_config
+from robot_rl.envs import PRIVILEGED_FIELDS
+from robot_rl.errors import UserError
+from robot_rl.loop.trainer import check_robot_run
+
+STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
+
+
+def sim_robot(domain: int, *extra: str) -> subprocess.Popen:
+    return spawn("sim-robot", "--lockstep", "--domain", str(domain), *extra)
+
+
+def simulated_s(sim: subprocess.Popen) -> float:
+    """Stops the sim robot (SIGTERM: it logs how much simulated time the commands it got advanced)."""
+    sim.terminate()
+    _, err = sim.communicate(timeout=30)
+    found = re.search(r"stopped after \d+ ticks, ([\d.]+) s simulated", err)
+    assert found, err[-2000:]
+    return float(found.group(1))
+
+
+def train(domain: int, *overrides: str) -> subprocess.Popen:
+    return spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "intervention.enabled=false",
+                 "threads=1", *overrides)  # fmt: skip
+
+
+def policy_state_dim(ckpt: Path) -> int:
+    with safe_open(str(ckpt / "model.safetensors"), "pt") as f:
+        return f.get_slice("policy.encoder.state_mean").get_shape()[-1]
+
+
+def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_object_pose(
+    domain: int, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        tr = train(domain, f"loop.env_steps={STEPS}", "loop.eval_every=100", "loop.eval_episodes=1",
+                   "loop.final_eval_episodes=2", "loop.checkpoint_every=100", f"run_dir={run}")  # fmt: skip
+        out, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+        # The checkpoint deploys on the same arm with no sim task behind it (it observes the robot's layout).
+        dep = spawn("deploy", str(run), "--robot", "sim", "--episodes", "1", "--domain", str(domain), "--quiet",
+                    "lockstep=true")  # fmt: skip
+        dout, derr = dep.communicate(timeout=60)
+        assert dep.returncode == 0, derr[-3000:]
+        assert json.loads(dout)["per_episode"][0]["steps"] == EPISODE
+        seconds = simulated_s(sim)
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["env_steps"] == STEPS and summary["updates"] == STEPS
+    assert summary["robot"] == "sim" and summary["env"] == "RobotEnv" and summary["reward_source"] == "success topic"
+    assert summary["demo_episodes"] == 0
+    assert [e["env_steps"] for e in summary["evals"]] == [100, 200, 200]
+    assert all(e["mean_length"] == EPISODE for e in summary["evals"])  # a random policy never lifts the cube
+    for name in ("step_00000100", "step_00000200", "final"):
+        assert (run / "checkpoints" / name).is_dir()
+    # What the policy observes: proprio only. No object field, and the saved policy's input is exactly that wide.
+    state = summary["obs_layout"]["state"]
+    assert list(state) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
+    assert not set(state) & set(PRIVILEGED_FIELDS) and summary["obs_layout"]["cameras"] == []
+    assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 23
+    policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
+    assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(23, np.float32)}).shape == (4,)
+    # Every step the robot advanced was commanded: training, the normaliser's probe episode and all evaluation
+    # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv (a sim env would not
+    # have advanced it).
+    commanded = STEPS + EPISODE + 4 * EPISODE + EPISODE  # and the deployed episode
+    assert seconds >= commanded / 10.0 - 1e-6, seconds
+
+
+def test_a_killed_robot_run_resumes_from_its_checkpoint(domain: int, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        first = train(domain, "loop.env_steps=100000", "loop.eval_every=0", "loop.checkpoint_every=50",
+                      f"run_dir={run}")  # fmt: skip
+        try:
+            wait_until(lambda: (run / "checkpoints" / "step_00000100").is_dir() or first.poll() is not None, 90,
+                       "a checkpoint")  # fmt: skip
+        finally:
+            stop(first)  # SIGKILL: nothing gets saved on the way out
+        assert not (run / "summary.json").exists()
+        second = spawn("train", f"resume={run}", "loop.env_steps=150", "loop.final_eval_episodes=1")
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    assert re.search(r"resumed .* from step_000001\d0: 1\d0 env steps", out + err), (out + err)[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["env_steps"] == 150 and summary["robot"] == "sim"
+    assert summary["env"] == "RobotEnv"
+
+
+def test_cameras_with_a_crop_build_and_train_on_the_sim_robot(domain: int, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sim = sim_robot(domain, "--cameras", "front,wrist")
+    cams = "[{name: front, topic: camera/front/image, crop: [8, 8, 48, 48]}, {name: wrist, topic: camera/wrist/image}]"
+    try:
+        tr = train(domain, "obs=pixels", f"robot.cameras={cams}", "loop.env_steps=60", "loop.eval_every=0",
+                   "loop.final_eval_episodes=1", "sac.batch_size=16", f"run_dir={run}")  # fmt: skip
+        out, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["obs_layout"]["cameras"] == ["front", "wrist"]
+    assert not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
+
+
+def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(domain: int, tmp_path: Path) -> None:
+    store, run = tmp_path / "demos", tmp_path / "run"
+    sim = sim_robot(domain)
+    try:
+        col = spawn("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain),
+                    "--robot-set", "lockstep=true", "-n", "1", "--device", "simulated", "--max-steps", "20",
+                    "--obs", "state", "--no-fsync")  # fmt: skip
+        _, err = col.communicate(timeout=120)
+        assert col.returncode == 0, err[-3000:]
+        tr = train(domain, f"demos.path={store}", "loop.env_steps=20", "loop.eval_every=0",
+                   "loop.final_eval_episodes=1", f"run_dir={run}")  # fmt: skip
+        _, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["demo_episodes"] == 1 and not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
+    # The demo transitions went into the replay as the run's 23 proprio values (the store holds 29 per step).
+    with np.load(run / "checkpoints" / "final" / "buffer_demo.npz") as buf:
+        valid, states = buf["valid"], buf["obs.state"]
+    assert valid.sum() >= 1 and states.shape[1] == 23
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], "set intervention.enabled=false"),
+        (["intervention.enabled=false", "reward.source=classifier"], "the reward is its success topic"),
+        (["intervention.enabled=false", "env.obs=both"], "object's pose, which a robot does not measure"),
+        (["intervention.enabled=false", "algo=residual"], "only algo=sac trains on a robot"),
+    ],
+)
+def test_what_a_robot_run_cannot_do_yet_fails_at_start_up_saying_what_to_set(overrides, message) -> None:
+    cfg = load_config(["robot=sim", *overrides])
+    with pytest.raises(UserError, match=message):
+        check_robot_run(cfg)
+
+
+def test_a_robot_key_without_a_robot_says_to_choose_one() -> None:
+    with pytest.raises(ConfigError, match="no robot is chosen: add robot=<name>"):
+        load_config(["robot.lockstep=true"])
