@@ -78,7 +78,7 @@ def test_html_report_plays_h264_names_state_fields_and_shows_every_episode(demo_
     assert img.reshape(-1, 3).std(axis=0).max() > 10  # not a blank page: tables and plots rendered
     probe = out / "probe.html"
     probe.write_text(page.replace("</body>", _PROBE + "</body>"))
-    dom = _chromium_run(browser, probe, "--virtual-time-budget=3000", "--dump-dom").stdout
+    dom = _chromium_run(browser, probe, "--virtual-time-budget=10000", "--dump-dom").stdout
     states = json.loads(html.unescape(re.search(r'data-videos="([^"]*)"', dom).group(1)))
     assert len(states) == 3
     for v in states:  # decoded (H.264 in a browser) and playing

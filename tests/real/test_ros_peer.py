@@ -65,7 +65,11 @@ def test_plain_node_lists_reads_and_drives_the_sim_robot(domain: int) -> None:
                     f"{NS}/ee_target", f"{NS}/gripper_command", f"{NS}/estop"} <= subs.keys()  # fmt: skip
 
             peer.spin_until(listed, 60, "sim_robot listed with its endpoints")
-            peer.spin_until(lambda: len(joints) > 5 and len(images) > 2 and len(poses) > 5, 30, "state and images")
+            peer.spin_until(
+                lambda: len(joints) > 5 and len(images) > 2 and len(poses) > 5 and bool(status),
+                30,
+                "state, images and status",
+            )
             js, img = joints[-1], images[-1]
             assert len(js.name) == len(js.position) == 9 and js.name[0] == "joint1"
             assert (img.height, img.width, img.encoding) == (64, 64, "rgb8") and len(img.data) == 64 * 64 * 3
@@ -89,7 +93,8 @@ def test_estop_pressed_before_the_sim_robot_starts_holds_it(domain: int) -> None
         try:
             poses = peer.subscribe(f"{NS}/ee_pose", "geometry_msgs/msg/PoseStamped", "sensor")
             status = peer.subscribe(f"{NS}/robot_status", "std_msgs/msg/String", "default")
-            peer.spin_until(lambda: len(poses) > 5 and len(status) > 0, 60, "the sim robot's state")
+            # DDS delivers the latched press some time after the first state: wait for the robot to report it.
+            peer.spin_until(lambda: len(poses) > 5 and status and status[-1].data == "hold: estop", 60, "the hold")
             start = tcp(poses)
             drive(peer, start + np.array([0.0, 0.05, 0.05]), 1.5)
             assert status[-1].data == "hold: estop", [s.data for s in status]
