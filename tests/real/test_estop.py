@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from plain_ros import PlainNode, msg_type
@@ -30,8 +32,15 @@ def test_estop_press_holds_the_sim_robot_and_release_frees_the_next_episode(doma
             reset = peer.publisher("/robot_rl/reset", "std_msgs/msg/Int64")
             seed = msg_type("std_msgs/msg/Int64")()
             seed.data = 3
-            reset.publish(seed)
-            peer.spin_until(lambda: status[-1].data == "ok", 30, "the robot freed by release + reset")
+            peer.spin_until(lambda: reset.get_subscription_count() > 0, 30, "the sim robot's reset topic")
+            peer.spin_until(lambda: status[-1].data.startswith("hold: estop released"), 30, "the release")
+
+            deadline = time.monotonic() + 30
+            while status[-1].data != "ok":
+                assert time.monotonic() < deadline, "the robot was not freed by release + reset"
+                reset.publish(seed)  # a reset request is volatile: ask again until the robot answers it
+                until = time.monotonic() + 0.5
+                peer.spin_until(lambda u=until: status[-1].data == "ok" or time.monotonic() > u, 5, "a reset answer")
     finally:
         stop(sim)
 
