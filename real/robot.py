@@ -16,6 +16,7 @@ safety filter runs on the robot's clock and `tcp_vel` divides by the control per
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -381,10 +382,12 @@ class RobotEnv(gym.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self._poll()
-        deadline = time.monotonic() + _ROBOT_CLEARS_S
-        while self._robot_estop and not self._estop.pressed and time.monotonic() < deadline:
-            time.sleep(0.01)  # released here: the robot's status has not caught up yet
-            self._poll()
+
+        def cleared() -> bool:  # released here: the robot's status may not have caught up yet
+            return not self._robot_estop or self._estop.pressed
+
+        with contextlib.suppress(TimeoutError):
+            self._wait_for(cleared, "release reported by the robot", _ROBOT_CLEARS_S)
         if self._estop.pressed or self._robot_estop:
             raise SafetyStop("e-stop is pressed; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
@@ -414,11 +417,12 @@ class RobotEnv(gym.Env):
         self.rate.restart()
         return obs, {"success": self._success(), **self.stamps()}
 
-    def _wait_for(self, pred: Any, what: str) -> None:
-        deadline = time.monotonic() + self.cfg.reset_timeout_s
+    def _wait_for(self, pred: Any, what: str, timeout_s: float | None = None) -> None:
+        timeout_s = self.cfg.reset_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while not pred():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"[{self.cfg.name}] no {what} within {self.cfg.reset_timeout_s}s")
+                raise TimeoutError(f"[{self.cfg.name}] no {what} within {timeout_s}s")
             time.sleep(0.002)
             self._poll()
 

@@ -59,9 +59,7 @@ class BulkSubscription(Subscription):
         self.uri = f"tcp://{host}:{port}"
         self._cfg = cfg
         self._announce = transport.publisher(_endpoint_topic(topic), ENDPOINT_T, LATCHED_QOS)
-        self._announce.publish(typesys.msg_class(ENDPOINT_T, cfg.distro)(
-            header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=self.uri
-        ))  # fmt: skip
+        self._announce_uri(self.uri)
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -98,9 +96,12 @@ class BulkSubscription(Subscription):
 
     def finish(self) -> None:
         """The run is over: an empty endpoint (latched) tells actors to stop instead of waiting for a restart."""
+        self._announce_uri("")
+
+    def _announce_uri(self, uri: str) -> None:
         cfg = self._cfg
         self._announce.publish(typesys.msg_class(ENDPOINT_T, cfg.distro)(
-            header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=""
+            header=typesys.header_now(cfg.distro), task=cfg.task, schema_version=typesys.SCHEMA_VERSION, uri=uri
         ))  # fmt: skip
 
     def close(self) -> None:

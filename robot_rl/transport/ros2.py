@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,6 @@ from robot_rl.transport.base import (
     Transport,
     TransportConfig,
 )
-
-log = logging.getLogger("robot_rl.transport")
 
 
 class RosSetupError(RuntimeError):
@@ -94,15 +91,16 @@ def installed_type_hash(ros_type: str) -> str | None:
 
 class RclpyPublisher(Publisher):
     def __init__(self, pub: Any, topic: str, ros_type: str, distro: str) -> None:
-        super().__init__(topic, ros_type, distro)
-        self.pub = pub
-
-    def publish_raw(self, data: bytes) -> None:
         from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
+        super().__init__(topic, ros_type, distro)
+        self.pub = pub
+        self._rcl_error = _rclpy.RCLError  # looked up once: publish_raw is the hot path
+
+    def publish_raw(self, data: bytes) -> None:
         try:
             self.pub.publish(bytes(data))
-        except _rclpy.RCLError as e:  # a reliable keep-all writer whose readers did not drain within Fast DDS's 100 ms
+        except self._rcl_error as e:  # a reliable keep-all writer whose readers did not drain within Fast DDS's 100 ms
             raise BackpressureTimeout(f"{self.topic}: {e}") from e
 
     def matched(self) -> int:
