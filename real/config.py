@@ -18,6 +18,7 @@ from robot_rl.real.safety import SafetyConfig
 ROBOTS = ("sim", "franka", "ur5e")
 COMMAND_TYPES = ("pose", "twist")
 RESET_MODES = ("topic", "home", "human")
+SCENE_RESETS = ("operator", "topic")
 
 
 @dataclass
@@ -67,9 +68,16 @@ class RobotConfig:
     # waits for the state stamped after its command instead of sleeping to a deadline, and data ages are not
     # checked against the wall clock (the world stands still between commands). Never set for a real arm.
     lockstep: bool = False
-    reset: str = "topic"  # topic (robot resets itself) | home (scripted move home) | human (wait for Enter)
-    reset_timeout_s: float = 10.0
+    # After each episode: topic (the robot resets arm and scene itself, answering on `reset_done`: the sim robot) |
+    # home (the arm moves to a home pose drawn within `home_box` through the safety layer, then `scene_reset`) |
+    # human (a person resets arm and scene, then presses Enter on this terminal).
+    reset: str = "topic"
+    # With reset=home, who resets the objects: operator (a prompt, then Enter on this terminal) | topic (a reset
+    # request the robot answers first, then the home move: the sim robot re-seeds its scene).
+    scene_reset: str = "operator"
+    reset_timeout_s: float = 10.0  # a reset (or, lockstep, a step) the robot does not answer within this aborts
     home_pos: tuple[float, float, float] = (0.5, 0.0, 0.15)
+    home_box: tuple[float, float, float] = (0.0, 0.0, 0.0)  # metres either side of home_pos each reset's home is drawn
     home_quat: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 0.0)  # w, x, y, z: gripper pointing down
     max_episode_steps: int = 0  # 0 => the checkpoint's task length
     safety: SafetyConfig = field(default_factory=SafetyConfig)
@@ -109,6 +117,10 @@ def check_robot_config(cfg: RobotConfig) -> None:
             raise ValueError(f"camera {cam.name}: crop must be [top, left, height, width], got {cam.crop}")
     if cfg.reset not in RESET_MODES:
         raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
+    if cfg.scene_reset not in SCENE_RESETS:
+        raise ValueError(f"scene_reset must be one of {SCENE_RESETS}, got {cfg.scene_reset!r}")
+    if min(cfg.home_box) < 0:
+        raise ValueError(f"home_box holds half-widths (metres), all >= 0; got {list(cfg.home_box)}")
     s = cfg.safety
     if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
         raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")

@@ -29,6 +29,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
+from robot_rl.types import EpisodeAborted
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -43,6 +44,7 @@ OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
 PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
 STATE_FIELDS = (*PROPRIO_FIELDS, "last_action", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
+_HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
 
 
@@ -60,11 +62,12 @@ def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
     return layout
 
 
-class StaleDataError(RuntimeError):
-    """A stream needed for the observation is missing, too old, or out of step with the others."""
+class StaleDataError(EpisodeAborted):
+    """A stream needed for the observation is missing, too old, or out of step with the others (or the robot did
+    not answer a reset in time)."""
 
 
-class SafetyStop(RuntimeError):
+class SafetyStop(EpisodeAborted):
     """The safety layer latched a hold (e-stop, watchdog, limit fault); a reset (and a human) must clear it."""
 
 
@@ -176,6 +179,8 @@ class RobotEnv(gym.Env):
         self._t = 0
         self._last_action = np.array(REST_ACTION)
         self.latencies: list[float] = []  # state stamp -> command publication, seconds
+        # How a reset asks the person at the robot to reset the scene (reset=home|human): a prompt and Enter.
+        self.operator_prompt: Any = input
 
         n_state = max(s.stop for s in self.layout.values())
         spaces: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(-np.inf, np.inf, (n_state,), np.float32)}
@@ -393,20 +398,22 @@ class RobotEnv(gym.Env):
         self.safety.reset()
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31))
-        if self.cfg.reset == "topic":
-            self._reset_via_topic(seed)
-        elif self.cfg.reset == "home":
-            self._move_home()
-        else:
-            input(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
         since = time.time()
         try:
+            if self.cfg.reset == "topic" or (self.cfg.reset == "home" and self.cfg.scene_reset == "topic"):
+                self._reset_via_topic(seed)
+            if self.cfg.reset == "home":
+                self._move_home(self.home_target())
+                if self.cfg.scene_reset == "operator":
+                    self.operator_prompt(f"[{self.cfg.name}] the arm is home: reset the scene, then press Enter ")
+            elif self.cfg.reset == "human":
+                self.operator_prompt(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
+            since = time.time()
             self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "state")
-        except TimeoutError:
+        except TimeoutError as e:
             silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
             hint = " (a sim robot publishes cameras only with --cameras)" if any("camera" in t for t in silent) else ""
-            wait = self.cfg.reset_timeout_s
-            raise TimeoutError(f"[{self.cfg.name}] nothing fresh on {silent} within {wait}s{hint}") from None
+            raise StaleDataError(f"{e}; nothing fresh on {silent}{hint}" if silent else str(e)) from None
         if self._robot_estop:  # the robot answered the reset and still holds its e-stop (its status is latched)
             raise SafetyStop("e-stop is pressed on the robot side; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
@@ -442,19 +449,32 @@ class RobotEnv(gym.Env):
 
         self._wait_for(done, f"reset_done {seed}")
 
-    def _move_home(self) -> None:
-        """Scripted move to `home_pos` with the gripper open, every step through the safety layer."""
-        self._wait_for(lambda: self.robot_state() is not None, "robot state")
+    def home_target(self) -> np.ndarray:
+        """This reset's home: `home_pos` plus a uniform draw within +-`home_box` (the env's seeded generator), kept
+        inside the safety workspace."""
         home = np.asarray(self.cfg.home_pos, np.float64)
+        box = np.asarray(self.cfg.home_box, np.float64)
+        home = home + self.np_random.uniform(-box, box)
+        return np.clip(home, self.safety.lo, self.safety.hi)
+
+    def _move_home(self, home: np.ndarray) -> None:
+        """Scripted move to `home` with the gripper open, every command through the safety layer (step, velocity
+        and acceleration limits, workspace), at the control rate (lockstep: one answered command per step)."""
+        self._wait_for(lambda: self.robot_state() is not None, "robot state")
         rate = RateKeeper(self.hz)
         deadline = time.monotonic() + self.cfg.reset_timeout_s
-        while np.linalg.norm(self.robot_state().tcp_pos - home) > 0.005:
+        while np.linalg.norm(self.robot_state().tcp_pos - home) > _HOME_TOL_M:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"[{self.cfg.name}] home {home.tolist()} not reached in {self.cfg.reset_timeout_s}s")
+            sent = time.time()
             self.command_target(home, 1.0)
             if self.safety.latched is not None:
                 raise SafetyStop(self.safety.latched)
-            rate.sleep()
+            if self.cfg.lockstep:
+                self._await_answer(sent)
+            else:
+                rate.sleep()
+                self._poll()
 
     def close(self) -> None:
         if self._own_transport:

@@ -46,7 +46,8 @@ class ReplayBuffer:
             self.obs[k][slot] = v
 
     def add(self, t: Transition) -> None:
-        """Transitions of one episode must arrive in order; a new episode starts after a done one."""
+        """Transitions of one episode must arrive in order; a new episode starts after a done one, or where a
+        transition's obs is not the last one's next obs (an aborted episode is never stitched to the next)."""
         step = {
             "action": np.asarray(t.action, np.float32),
             "reward": np.float32(t.reward),
@@ -57,6 +58,8 @@ class ReplayBuffer:
         if not self.obs:
             self._alloc(self.obs, t.obs)
         self._alloc(self.step, step)
+        if self.in_episode and not self._continues(t.obs):
+            self.break_sequence()  # e.g. an episode the env aborted: the stream went on with a new one
         i = self.cursor
         if not self.in_episode:
             self._write_frame(i, t.obs)
@@ -72,6 +75,10 @@ class ReplayBuffer:
         else:
             self.cursor = nxt
             self.in_episode = True
+
+    def _continues(self, obs: NpObs) -> bool:
+        """Whether `obs` is the frame at the cursor (the last transition's next obs), as a continuing episode's is."""
+        return all(np.array_equal(self.obs[k][self.cursor], v) for k, v in obs.items())
 
     def break_sequence(self) -> None:
         """The next transition does not continue the last one (e.g. a new intervention segment)."""

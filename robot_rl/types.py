@@ -15,6 +15,11 @@ NpObs = dict[str, np.ndarray]
 TorchObs = dict[str, torch.Tensor]
 
 
+class EpisodeAborted(RuntimeError):
+    """The env cannot go on with this episode (a robot's e-stop, safety fault, or silence). What the episode produced
+    so far stays valid, and nothing about it is terminal: a stop says nothing about the policy's task."""
+
+
 @dataclass
 class Transition:
     """One env step as an actor saw it. `terminated` stops bootstrapping; `truncated` only ends the episode."""

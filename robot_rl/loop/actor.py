@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -9,7 +11,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from robot_rl.types import NpObs, Transition
+from robot_rl.types import EpisodeAborted, NpObs, Transition
+
+log = logging.getLogger("robot_rl.actor")
 
 # (env, policy action) -> (executed action, whether the human acted). The sim's SimulatedHuman and a
 # teleop device both fit.
@@ -30,6 +34,7 @@ class EpisodeStats:
     successes: int = 0
     steps: int = 0
     intervened_steps: int = 0
+    aborted: int = 0  # episodes the env aborted (e-stop, safety fault, robot silent); not in the rates below
     recent_success: list[bool] = field(default_factory=list)
     recent_intervention: list[float] = field(default_factory=list)
 
@@ -56,11 +61,14 @@ class Actor:
         policy: torch.nn.Module,
         intervener: Intervener | None = None,
         seed: int = 0,
+        retry_s: float = 1.0,
     ) -> None:
+        """`retry_s`: pause between reset attempts while the env refuses to start an episode (e-stop pressed)."""
         self.env = env
         self.policy = policy
         self.intervener = intervener
         self.seed = seed
+        self.retry_s = retry_s
         self.stats = EpisodeStats()
         self.policy_version = 0
         self.last_episode: EpisodeResult | None = None
@@ -87,7 +95,26 @@ class Actor:
         self._obs = None
 
     def step(self) -> Transition:
-        """One env step; resets on the way in when the previous episode ended."""
+        """One env step; resets on the way in when the previous episode ended.
+
+        An episode the env aborts (`EpisodeAborted`: a robot's e-stop, safety fault, or silence) ends where it
+        stands without poisoning the buffers: its transitions so far were stored as they were, none terminal (the
+        critic bootstraps through them as through a time limit), the failed step yields no transition, and the
+        next episode's first obs differs from the last next obs, which starts a new sequence in the replay buffer.
+        Resets are retried every `retry_s` until the env starts one (the e-stop released, the robot back)."""
+        while True:
+            try:
+                return self._step()
+            except EpisodeAborted as e:
+                if self._obs is not None:
+                    self.stats.aborted += 1
+                    log.warning("episode aborted after %d steps: %s", self._ep_len, e)
+                else:
+                    log.warning("cannot start an episode (retrying in %.1f s): %s", self.retry_s, e)
+                    time.sleep(self.retry_s)
+                self._obs = None
+
+    def _step(self) -> Transition:
         if self._obs is None:
             self._obs = self._reset()
         obs = self._obs

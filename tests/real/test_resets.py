@@ -1,0 +1,123 @@
+"""Resets on a robot and episodes that end early: the home move through the safety layer, who resets the scene,
+and an e-stop mid-episode that ends it without poisoning the replay buffer (sim robot in-process, inproc DDS)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_robot import Served
+
+from robot_rl.buffers import ReplayBuffer
+from robot_rl.loop.actor import Actor
+from robot_rl.real import msgs
+from robot_rl.real.config import load_robot_config
+from robot_rl.real.robot import RobotEnv, proprio_layout
+from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
+
+HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
+
+
+def home_robot(scene_reset: str):
+    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc", "reset=home",
+                                     f"scene_reset={scene_reset}", f"home_box={BOX.tolist()}"])  # fmt: skip
+
+
+class Recording(RobotEnv):
+    """Every command a reset's home move sent, with the measured TCP it was computed from."""
+
+    def command_target(self, pos, gripper_opening, poll=True):
+        cmd = super().command_target(pos, gripper_opening, poll)
+        state = self.robot_state()
+        self.sent.append((state.tcp_pos.copy(), cmd))
+        return cmd
+
+
+def test_home_is_drawn_within_its_box_and_reached_through_the_safety_layer_after_the_scene_reset() -> None:
+    robot = home_robot("topic")
+    served = Served(robot)
+    env = Recording(robot, proprio_layout(robot), hz=10.0)
+    env.sent = []
+    homes = []
+    try:
+        for seed in range(3):
+            obs, _ = env.reset(seed=seed)
+            homes.append(obs["state"][env.layout["tcp_pos"]].astype(np.float64))
+            for _ in range(3):  # move away, so the next reset has somewhere to come back from
+                env.step(np.array([1.0, -1.0, 1.0, 1.0]))
+    finally:
+        env.close()
+        served.close()
+    homes = np.array(homes)
+    assert (np.abs(homes - HOME) <= BOX + 0.006).all(), homes  # 5 mm: where the home move stops
+    assert np.ptp(homes, axis=0).max() > 0.01, homes  # each reset draws its own
+    assert len(env.sent) >= 6  # the scene reset put the arm at the sim task's start; every reset then moved it
+    limit = env.safety.step_limit
+    for tcp, cmd in env.sent:
+        assert not cmd.hold and np.linalg.norm(cmd.target_pos - tcp) <= limit + 1e-9
+        assert (cmd.target_pos >= env.safety.lo).all() and (cmd.target_pos <= env.safety.hi).all()
+
+
+def test_the_operator_resets_the_scene_after_the_arm_is_home() -> None:
+    robot = home_robot("operator")
+    served = Served(robot)
+    env = RobotEnv(robot, proprio_layout(robot), hz=10.0)
+    prompts = []
+    env.operator_prompt = lambda text: prompts.append((text, env.robot_state().tcp_pos.copy()))
+    try:
+        env.reset(seed=1)
+    finally:
+        env.close()
+        served.close()
+    ((text, tcp),) = prompts
+    assert "reset the scene" in text and (np.abs(tcp - HOME) <= BOX + 0.006).all()  # asked once the arm was home
+
+
+class Pusher:
+    """A policy that always pushes +x: an episode only ends by its time limit (or an abort)."""
+
+    def select_action(self, obs):
+        return np.array([1.0, 0.0, 0.0, -1.0], np.float32)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitched_sequence() -> None:
+    robot = load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+    served = Served(robot)
+    tx = make_transport(TransportConfig(backend="inproc", domain_id=robot.domain_id))
+    estop = tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS)  # as `robot-rl estop press|release` does
+    env = RobotEnv(robot, proprio_layout(robot), hz=20.0, max_episode_steps=8)
+    actor = Actor(env, Pusher(), retry_s=0.1)
+    release = threading.Timer(1.0, lambda: estop.publish(msgs.scalar(msgs.BOOL, False)))
+    try:
+        ts = [actor.step() for _ in range(3)]
+        estop.publish(msgs.scalar(msgs.BOOL, True))
+        time.sleep(0.1)
+        release.start()  # the person releases it a second later; until then the actor retries the reset
+        t0 = time.monotonic()
+        ts += [actor.step() for _ in range(8)]
+        waited = time.monotonic() - t0
+    finally:
+        release.cancel()
+        env.close()
+        tx.close()
+        served.close()
+    assert actor.stats.aborted == 1 and actor.stats.episodes == 1 and waited >= 0.8
+    assert not any(t.terminated for t in ts[:3]) and ts[-1].truncated  # the new episode ran to its time limit
+    # The aborted episode's last next obs is not the new episode's first obs: the buffer starts a new sequence
+    # there instead of stitching the new start onto the old end.
+    buf = ReplayBuffer(64)
+    for t in ts:
+        buf.add(t)
+    first_new = 3
+    assert not np.array_equal(ts[first_new - 1].next_obs["state"], ts[first_new].obs["state"])
+    assert buf.valid.sum() == len(ts)
+    before, first = np.flatnonzero(buf.valid)[first_new - 1 : first_new + 1]
+    np.testing.assert_array_equal(buf.obs["state"][before + 1], ts[first_new - 1].next_obs["state"])
+    np.testing.assert_array_equal(buf.obs["state"][first], ts[first_new].obs["state"])
+    assert first == before + 2  # a fresh frame, not the old next obs overwritten
