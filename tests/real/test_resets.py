@@ -8,7 +8,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from test_robot import Served
 
 from robot_rl.buffers import ReplayBuffer
