@@ -48,6 +48,9 @@ _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
 
 
+ACTION_DIM = 4  # [dx, dy, dz, gripper] in [-1, 1]
+
+
 def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
     """What a real cell measures without a tracker: TCP position and yaw, gripper opening, TCP velocity, then the
     arm's joint positions and velocities (in `cfg.joint_names` order). No object pose: it is what training on a
@@ -60,6 +63,30 @@ def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
             layout[name] = slice(start, start + sizes[name])
             start += sizes[name]
     return layout
+
+
+def envelope_states(cfg: RobotConfig, seed: int, n: int = 2000) -> np.ndarray:
+    """(n, state dim) proprio states drawn uniformly from what the robot config allows: TCP in the workspace, yaw
+    within 0.5 rad of home, any gripper opening, TCP speed up to `max_velocity`, joints within their limits (+-pi
+    without limits) at up to 1 rad/s. A state normaliser for runs with no demos that costs no arm time."""
+    rng, s = np.random.default_rng(seed), cfg.safety
+    n_joints = len(cfg.joint_names)
+    lower = np.asarray(s.joint_lower or [-math.pi] * n_joints, np.float64)
+    upper = np.asarray(s.joint_upper or [math.pi] * n_joints, np.float64)
+    yaw = _yaw(np.asarray(cfg.home_quat, np.float64)) + rng.uniform(-0.5, 0.5, n)
+    parts = {
+        "tcp_pos": rng.uniform(s.workspace_lo, s.workspace_hi, (n, 3)),
+        "ee_yaw_sin_cos": np.stack([np.sin(yaw), np.cos(yaw)], 1),
+        "gripper_opening": rng.uniform(0.0, 1.0, (n, 1)),
+        "tcp_vel": rng.uniform(-s.max_velocity, s.max_velocity, (n, 3)),
+        "joint_pos": rng.uniform(lower, upper, (n, n_joints)),
+        "joint_vel": rng.uniform(-1.0, 1.0, (n, n_joints)),
+    }
+    layout = proprio_layout(cfg)
+    out = np.zeros((n, max(sl.stop for sl in layout.values())), np.float32)
+    for name, sl in layout.items():
+        out[:, sl] = parts[name]
+    return out
 
 
 class StaleDataError(EpisodeAborted):
@@ -187,7 +214,7 @@ class RobotEnv(gym.Env):
         for c in cameras:
             spaces[c] = gym.spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
 
     # ------------------------------------------------------------------------------------------- streams
 

@@ -56,10 +56,11 @@ class LoopConfig:
 class DistributedConfig:
     """Actor and learner nodes over ROS 2 (`robot-rl launch | learner | actor`)."""
 
-    n_actors: int = 2  # actor processes `robot-rl launch` starts (and restarts when they die)
+    n_actors: int = 2  # actor processes `robot-rl launch` starts (and restarts when they die); one per arm on a robot
     publish_every: int = 10  # learner updates between weight broadcasts (and sooner whenever it runs out of data)
     learner_timeout_s: float = 5.0  # waiting this long for weights means the learner is gone
-    on_learner_loss: str = "continue"  # continue (act on the last weights) | hold (stop stepping until it returns)
+    # continue (act on the last weights) | hold (stop stepping until it returns; always on a robot: the arm holds)
+    on_learner_loss: str = "continue"
     control_hz: float = 0.0  # actor loop rate; 0 = as fast as the env steps (sim), 10-50 on a robot
 
     @property

@@ -292,9 +292,20 @@ class TrainingRun:
                 "algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: "
                 "set intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)"
             )
-        self.eval_env = env or agent_env(cfg, envs.make_env(cfg.env, cfg.seed + 1, cfg.robot, "robot_rl_eval"))
-        self.state_layout = envs.state_layout(self.eval_env)
-        layout = obs_layout(self.eval_env)
+        # A robot run's learner node leaves the arm to its one actor: it evaluates nothing and takes the observation
+        # layout from the robot config (`envs.robot_obs_layout`), never connecting to the robot.
+        self.eval_env = env
+        if env is None and cfg.robot is None:
+            self.eval_env = agent_env(cfg, envs.make_env(cfg.env, cfg.seed + 1))
+        if self.eval_env is None:
+            from robot_rl.real.robot import ACTION_DIM, proprio_layout
+
+            self.state_layout = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
+            layout, action_dim = envs.robot_obs_layout(cfg.env, cfg.robot), ACTION_DIM
+        else:
+            self.state_layout = envs.state_layout(self.eval_env)
+            layout, action_dim = obs_layout(self.eval_env), self.eval_env.action_space.shape[0]
+        self.obs_layout = layout
         self.classifier = (
             make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
         )
@@ -316,14 +327,17 @@ class TrainingRun:
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:
                     demo_buf.add(t)
-        algo = SAC(cfg.sac, state_dim, self.eval_env.action_space.shape[0], cameras, image_size)
+        algo = SAC(cfg.sac, state_dim, action_dim, cameras, image_size)
         if len(demo_buf):
             algo.policy.encoder.set_state_normalization(torch.from_numpy(demo_buf.obs["state"][demo_buf.valid]))
-        elif not (cfg.robot is not None and cfg.resume and latest_checkpoint(self.run_dir / "checkpoints")):
-            # No demos (DSRL, a robot run): the states of a few random episodes fix the normaliser. A robot run
-            # resuming from a checkpoint skips it (the checkpoint carries the normaliser): it costs the arm time.
-            probe = probe_states(self.eval_env, cfg.seed, episodes=1 if cfg.robot is not None else 5)
-            algo.policy.encoder.set_state_normalization(torch.from_numpy(probe))
+        elif cfg.robot is not None:
+            # No demos on a robot: the normaliser spans what the robot config allows (workspace, joint limits, speed
+            # limits), so no arm time goes to a probe and a learner node needs no arm (a checkpoint carries it on).
+            from robot_rl.real.robot import envelope_states
+
+            algo.policy.encoder.set_state_normalization(torch.from_numpy(envelope_states(cfg.robot, cfg.seed)))
+        else:  # DSRL: the states of a few random episodes fix the normaliser
+            algo.policy.encoder.set_state_normalization(torch.from_numpy(probe_states(self.eval_env, cfg.seed)))
         self.algo = algo.to(self.device)
         self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
@@ -368,7 +382,10 @@ class TrainingRun:
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
         save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
 
-    def evaluate(self, episodes: int) -> EvalResult:
+    def evaluate(self, episodes: int) -> EvalResult | None:
+        """None on a robot run's learner node: the arm is the actor's (`robot-rl deploy` evaluates a checkpoint)."""
+        if self.eval_env is None:
+            return None
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
@@ -392,7 +409,8 @@ class TrainingRun:
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if loop.eval_every and step % loop.eval_every == 0:
-            self.last_eval = self.evaluate(loop.eval_episodes).success_rate
+            res = self.evaluate(loop.eval_episodes)
+            self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
@@ -428,10 +446,11 @@ class TrainingRun:
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
             "demo_episodes": len(self.store) if self.store is not None else 0,
             "robot": cfg.robot.name if cfg.robot is not None else None,
-            "env": type(self.eval_env.unwrapped).__name__,  # what evaluations (and, in one process, the actor) stepped
+            # what evaluations (and, in one process, the actor) stepped; a robot learner node's actor steps a RobotEnv
+            "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
             # where reward and success came from: the sim's own check, or a robot's success topic
             "reward_source": f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source,
-            "obs_layout": {"state": self.state_layout, "cameras": list(obs_layout(self.eval_env)[1])},
+            "obs_layout": {"state": self.state_layout, "cameras": list(self.obs_layout[1])},
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / ckpt),

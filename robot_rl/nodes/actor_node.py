@@ -86,8 +86,12 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
             if fresh is not None:
                 actor.load_weights(*fresh)
                 sender.policy_version, since_update = fresh[1], 0
+            elif weights.reannounced:  # a learner resumed from the checkpoint of our weights: it waits for our steps
+                since_update = 0
             elif waiting:
-                if dist.on_learner_loss == "hold":
+                if dist.on_learner_loss == "hold" or cfg.robot is not None:
+                    # On a robot nothing is commanded while the learner is gone: the arm holds (the robot's command
+                    # watchdog; RobotEnv's own watchdog aborts the episode when stepping resumes).
                     log.warning("%s: learner silent for %.1f s; holding", actor_id, dist.learner_timeout_s)
                     continue
                 since_update = 0  # "continue": act on the last weights until the learner returns

@@ -3,10 +3,12 @@
 A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
 `resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
 For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain.
+With `robot=<name>` there is one arm, so exactly one actor (`distributed.n_actors` is set to 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -24,6 +26,10 @@ def _cli(*args: str) -> list[str]:
 
 
 def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
+    if cfg.robot is not None and cfg.distributed.n_actors != 1:
+        log.info("robot=%s: one actor per arm (distributed.n_actors=1)", cfg.robot.name)
+        overrides = [*(o for o in overrides if not o.startswith("distributed.n_actors=")), "distributed.n_actors=1"]
+        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, n_actors=1))
     env = dict(os.environ)
     if cfg.distributed.local:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here

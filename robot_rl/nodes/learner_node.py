@@ -10,7 +10,6 @@ import dataclasses
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
-from robot_rl.errors import UserError
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.transport import TransitionReceiver, WeightsPublisher, make_transport
@@ -24,10 +23,8 @@ def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
 
 
 def run_learner(cfg: TrainConfig) -> Path:
-    if cfg.robot is not None:
-        # Its evaluations and normaliser probe would drive the arm while an actor node drives it too.
-        raise UserError(f"robot={cfg.robot.name}: a learner node cannot share the arm with actor nodes yet; train on "
-                        "a robot in one process: `robot-rl train robot=...`")  # fmt: skip
+    """With `cfg.robot` the arm is the one actor's: this node never connects to it (no evaluations; `robot-rl deploy`
+    evaluates a checkpoint) and may run on any machine of the ROS graph, e.g. the GPU box."""
     run = TrainingRun(cfg)
     learner = run.learner
     stats = EpisodeStats(episodes=run.state.episodes)
@@ -64,4 +61,5 @@ def run_learner(cfg: TrainConfig) -> Path:
             a: {"transitions": s.received, "lost": s.lost, "policy_lag": learner.updates - s.policy_version}
             for a, s in transitions.actors.items()
         }
-        return run.finish(stats, actors=actors)
+        # The actors' own episodes: on a robot run (no evaluations here) the only success rate there is.
+        return run.finish(stats, actors=actors, train_episodes=stats.episodes, train_success_rate=stats.success_rate)

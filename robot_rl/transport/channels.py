@@ -291,6 +291,7 @@ class WeightsReceiver:
         self.announce = transport.subscription(ANNOUNCE_TOPIC, ANNOUNCE_T, LATCHED_QOS)
         self.announced_version = -1
         self.loaded_version = -1
+        self.reannounced = False  # the last poll heard a learner announce `loaded_version` (nothing new to load)
         self._pending: dict[int, _Assembly] = {}
 
     def lag(self, current_version: int) -> int:
@@ -300,6 +301,7 @@ class WeightsReceiver:
         if timeout_s > 0:
             self.chunks.wait(timeout_s)
         task = self.transport.cfg.task
+        self.reannounced = False
         for a in self.announce.take():
             try:
                 check_schema(a, task)
@@ -307,6 +309,8 @@ class WeightsReceiver:
                 self.announce.drop("refused", str(e))
                 continue
             self.announced_version = max(self.announced_version, a.version)
+            # A learner announcing the very version we run: one resumed from the checkpoint of the weights we hold.
+            self.reannounced |= a.version == self.loaded_version
         newest: tuple[dict[str, torch.Tensor], int] | None = None
         for c in self.chunks.take(1024):
             if (done := self._add_chunk(c, task)) is not None:
@@ -316,7 +320,9 @@ class WeightsReceiver:
     def _add_chunk(self, c: object, task: str) -> tuple[dict[str, torch.Tensor], int] | None:
         try:
             check_schema(c, task)
-            if c.version <= self.loaded_version:
+            # Versions only grow within one learner's life; a lower one is a learner resumed from an earlier
+            # checkpoint (its predecessor's newer weights died with it), and it is what actors must act on now.
+            if c.version == self.loaded_version:
                 return None
             asm = self._pending.setdefault(c.version, _Assembly(c.num_chunks, c.total_bytes, c.sha256))
             if (c.num_chunks, c.total_bytes, c.sha256) != (asm.num_chunks, asm.total_bytes, asm.sha256):
@@ -339,7 +345,8 @@ class WeightsReceiver:
         except Exception as e:  # safetensors raises its own SafetensorError on a bad header
             self.chunks.drop("malformed", f"version {c.version}: {e}")
             return None
+        restarted = c.version < self.loaded_version
         self.loaded_version = c.version
-        self._pending = {v: p for v, p in self._pending.items() if v > c.version}
-        self.announced_version = max(self.announced_version, c.version)
+        self._pending = {} if restarted else {v: p for v, p in self._pending.items() if v > c.version}
+        self.announced_version = c.version if restarted else max(self.announced_version, c.version)
         return weights, c.version

@@ -119,6 +119,11 @@ def test_weights_chunked_transfer_and_integrity(cfg, caplog) -> None:
         assert "sha256/size mismatch" in caplog.text
         pub.publish(sd, version=5)  # the receiver survives and takes the next good version
         wait_until(lambda: (r := rx.poll(0.05)) is not None and r[1] == 5)
+        # A learner resumed from an earlier checkpoint counts from there: its weights replace the newer dead ones.
+        resumed = {k: v + 1 for k, v in sd.items()}
+        pub.publish(resumed, version=2)
+        wait_until(lambda: (r := rx.poll(0.05)) is not None and got.append(r) is None and r[1] == 2)
+        assert torch.equal(got[-1][0]["w"], resumed["w"]) and rx.lag(2) == 0
 
 
 def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, caplog) -> None:
