@@ -32,6 +32,20 @@ class CameraConfig:
 
 
 @dataclass
+class GripperBridgeConfig:
+    """`robot-rl gripper-bridge` (real/gripper_bridge.py): the opening on `gripper_topic` -> a driver's action."""
+
+    action: str = ""  # the driver's action, e.g. /fr3_gripper/gripper_action ("": the driver reads gripper_topic)
+    action_type: str = "control_msgs/action/GripperCommand"
+    position_field: str = "command.position"  # goal field (dotted path) that gets the target
+    closed: float = 0.0  # its value for opening 0
+    open: float = 0.04  # its value for opening 1 (franka: half the 8 cm finger gap)
+    effort_field: str = "command.max_effort"  # "" when the goal has none
+    max_effort: float = 20.0  # newtons a closing (grasping) goal may squeeze with
+    deadband: float = 0.05  # opening change that sends a new goal
+
+
+@dataclass
 class RobotConfig:
     name: str = "sim"
     namespace: str = "/robot_rl"  # relative topic names below resolve under it
@@ -81,6 +95,7 @@ class RobotConfig:
     home_quat: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 0.0)  # w, x, y, z: gripper pointing down
     max_episode_steps: int = 0  # 0 => the checkpoint's task length
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    gripper_bridge: GripperBridgeConfig = field(default_factory=GripperBridgeConfig)
 
 
 class UnknownRobotError(UserError, FileNotFoundError):

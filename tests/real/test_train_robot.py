@@ -79,10 +79,10 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
     assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 23
     policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
     assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(23, np.float32)}).shape == (4,)
-    # Every step the robot advanced was commanded: training, the normaliser's probe episode and all evaluation
-    # episodes (1 + 1 + 2 of 50 steps) went through the sim robot, i.e. through RobotEnv (a sim env would not
-    # have advanced it).
-    commanded = STEPS + EPISODE + 4 * EPISODE + EPISODE  # and the deployed episode
+    # Every step the robot advanced was commanded: training and all evaluation episodes (1 + 1 + 2 of 50 steps)
+    # went through the sim robot, i.e. through RobotEnv (a sim env would not have advanced it). No arm time went to
+    # a normaliser probe: without demos it spans the robot config's limits (`real.robot.envelope_states`).
+    commanded = STEPS + 4 * EPISODE + EPISODE  # and the deployed episode
     assert seconds >= commanded / 10.0 - 1e-6, seconds
 
 
