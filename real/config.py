@@ -69,7 +69,11 @@ class RobotConfig:
     ee_frame: str = "tcp"
     joint_names: list[str] = field(default_factory=list)
     gripper_joints: list[str] = field(default_factory=list)  # finger joints whose positions add up to the gap
-    gripper_max_width: float = 0.08  # metres of gap when fully open
+    # The gripper's opening (0 closed .. 1 open) is (sum of gripper_joints - gripper_closed) / (gripper_max_width -
+    # gripper_closed): fingers in metres (Franka, the sim: 0 .. 0.08), or a knuckle angle that grows as it closes
+    # (Robotiq 2F-85: gripper_closed 0.8 rad, gripper_max_width 0.0).
+    gripper_max_width: float = 0.08  # the joints' sum when fully open
+    gripper_closed: float = 0.0  # ... and when closed
     cameras: list[CameraConfig] = field(default_factory=list)
     image_size: int = 64
     control_hz: float = 10.0  # default deployment rate (a checkpoint's own rate wins)
@@ -134,6 +138,8 @@ def check_robot_config(cfg: RobotConfig) -> None:
         raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
     if cfg.scene_reset not in SCENE_RESETS:
         raise ValueError(f"scene_reset must be one of {SCENE_RESETS}, got {cfg.scene_reset!r}")
+    if cfg.gripper_max_width == cfg.gripper_closed:
+        raise ValueError("gripper_max_width and gripper_closed must differ (the joints' sum open and closed)")
     if min(cfg.home_box) < 0:
         raise ValueError(f"home_box holds half-widths (metres), all >= 0; got {list(cfg.home_box)}")
     s = cfg.safety

@@ -42,7 +42,11 @@ def _set(msg: Any, path: str, value: float) -> None:
     *parents, leaf = path.split(".")
     for p in parents:
         msg = getattr(msg, p)
-    setattr(msg, leaf, type(getattr(msg, leaf))(value))  # an int field (a test action) gets an int
+    field = getattr(msg, leaf)
+    if isinstance(field, (int, float)):
+        setattr(msg, leaf, type(field)(value))  # an int field (the test's action) gets an int
+    else:  # a sequence: ParallelGripperCommand's sensor_msgs/JointState command, one joint
+        setattr(msg, leaf, [float(value)])
 
 
 class GripperBridge:

@@ -260,11 +260,12 @@ class RobotEnv(gym.Env):
         """The newest measured state for the safety layer (None before the first pose/joint messages)."""
         if "ee" not in self._latest or "joints" not in self._latest:
             return None
-        ee, joints = self._latest["ee"][0], self._latest["joints"][0]
+        ee, joints, c = self._latest["ee"][0], self._latest["joints"][0], self.cfg
         pos, quat = msgs.pose_of(ee)
         gap = msgs.joint_positions(joints, self.cfg.gripper_joints).sum() if self.cfg.gripper_joints else math.nan
         return RobotState(
-            pos, quat, float(gap / self.cfg.gripper_max_width), msgs.joint_positions(joints, self.cfg.joint_names),
+            pos, quat, float((gap - c.gripper_closed) / (c.gripper_max_width - c.gripper_closed)),
+            msgs.joint_positions(joints, c.joint_names),
             msgs.stamp_of(ee),
         )  # fmt: skip
 
