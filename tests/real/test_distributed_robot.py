@@ -46,6 +46,7 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
     launch = subprocess.Popen(
         [sys.executable, "-m", "robot_rl.cli", "launch", "robot=sim", "robot.lockstep=true",
          f"robot.domain_id={domain}", f"distributed.transport.domain_id={domain}", "robot.reset_timeout_s=2",
+         "robot.reset=home", "robot.scene_reset=topic", "robot.home_box=[0.03,0.03,0.02]",
          "intervention.enabled=false", "distributed.learner_timeout_s=0.5", f"loop.env_steps={STEPS}",
          "loop.eval_every=0", "loop.checkpoint_every=50", "loop.final_eval_episodes=1", f"run_dir={run}",
          "threads=1", "profile=cpu"],
@@ -97,7 +98,8 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
     assert "actor 0 exited with -9: restarting" in out  # launch replaced the killed actor (a new stream)
     # Streams are counted from the resumed learner's start: the one actor it met lost nothing.
     assert len(summary["actors"]) == 1 and all(a["lost"] == 0 for a in summary["actors"].values())
-    assert "episode aborted" in out  # the sim robot died under a step: that episode was dropped, not stored as failed
+    # The sim robot died under a step (that episode was dropped, not stored as failed) or a reset (retried).
+    assert "episode aborted" in out or "cannot start an episode" in out
     # The arm held while the learner was gone: once the actor ran out of policy steps (10 per version, well within
     # a second in lockstep), no pose stamped later than the kill's second appeared until the new learner was up.
     assert resumed - killed > 2.0  # the window the test looks at
