@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,6 +15,9 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.policies.base import Policy
+from robot_rl.types import EpisodeAborted
+
+log = logging.getLogger("robot_rl.evaluation")
 
 
 @dataclass
@@ -70,9 +75,19 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
     )
 
 
-def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000) -> EvalResult:
-    """Seeds are disjoint from training resets."""
-    return summarize([rollout(env, policy, seed + ep) for ep in range(episodes)])
+def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0) -> EvalResult:
+    """Seeds are disjoint from training resets. An episode the env aborts (`EpisodeAborted`: a robot's e-stop or
+    safety fault) is run again with its seed, every `retry_s` until it starts: a stop is no verdict on the policy."""
+    results = []
+    for ep in range(episodes):
+        while True:
+            try:
+                results.append(rollout(env, policy, seed + ep))
+                break
+            except EpisodeAborted as e:
+                log.warning("evaluation episode %d aborted, running it again: %s", ep, e)
+                time.sleep(retry_s)
+    return summarize(results)
 
 
 def iqm(x: Sequence[float] | np.ndarray) -> float:

@@ -7,14 +7,16 @@ import random
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 from test_robot import Served
 
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.evaluation import evaluate
 from robot_rl.loop.actor import Actor
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
-from robot_rl.real.robot import RobotEnv, proprio_layout
+from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states, proprio_layout
 from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 
 HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
@@ -78,7 +80,7 @@ def test_the_operator_resets_the_scene_after_the_arm_is_home() -> None:
 class Pusher:
     """A policy that always pushes +x: an episode only ends by its time limit (or an abort)."""
 
-    def select_action(self, obs):
+    def select_action(self, obs, deterministic: bool = False):
         return np.array([1.0, 0.0, 0.0, -1.0], np.float32)
 
     def reset(self) -> None:
@@ -120,3 +122,41 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
     np.testing.assert_array_equal(buf.obs["state"][before + 1], ts[first_new - 1].next_obs["state"])
     np.testing.assert_array_equal(buf.obs["state"][first], ts[first_new].obs["state"])
     assert first == before + 2  # a fresh frame, not the old next obs overwritten
+
+
+class AbortsOnce(gym.Env):
+    """A 3-step episode whose very first step is aborted once (an e-stop during an evaluation)."""
+
+    observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-1, 1, (1,))})
+    action_space = gym.spaces.Box(-1, 1, (4,))
+
+    def __init__(self) -> None:
+        self.aborts, self.resets, self.t = 1, [], 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets.append(seed)
+        self.t = 0
+        return {"state": np.zeros(1, np.float32)}, {}
+
+    def step(self, action):
+        if self.aborts:
+            self.aborts -= 1
+            raise SafetyStop("estop topic")
+        self.t += 1
+        return {"state": np.zeros(1, np.float32)}, 1.0, self.t == 3, False, {"success": self.t == 3}
+
+
+def test_an_evaluation_episode_the_robot_aborts_is_run_again_with_its_seed() -> None:
+    env = AbortsOnce()
+    res = evaluate(env, Pusher(), 2, seed=10, retry_s=0.0)
+    assert env.resets == [10, 10, 11] and res.success_rate == 1.0 and res.mean_length == 3
+
+
+def test_envelope_states_span_the_robot_configs_limits() -> None:
+    robot = load_robot_config("ur5e")
+    layout, states = proprio_layout(robot), envelope_states(robot, seed=0)
+    assert states.shape == (2000, max(s.stop for s in layout.values())) and np.isfinite(states).all()
+    tcp = states[:, layout["tcp_pos"]]
+    assert (tcp >= robot.safety.workspace_lo).all() and (tcp <= robot.safety.workspace_hi).all()
+    assert (np.ptp(tcp, axis=0) > 0.9 * (np.array(robot.safety.workspace_hi) - robot.safety.workspace_lo)).all()
+    assert states[:, layout["joint_pos"]].std(0).min() > 1.0  # +-2 pi joints
