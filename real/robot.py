@@ -413,6 +413,9 @@ class RobotEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A new episode as `cfg.reset` says (module config docs); `SafetyStop` while an e-stop is pressed,
+        `StaleDataError` when the robot does not answer within `reset_timeout_s` (both `EpisodeAborted`: an actor
+        retries)."""
         super().reset(seed=seed)
         self._poll()
 
