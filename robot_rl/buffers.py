@@ -2,12 +2,13 @@
 
 Observations live in a frame ring: each frame is written once and a transition at slot i reads its next
 observation from slot i+1, so images are never duplicated as obs and next_obs. An episode's final observation
-takes one extra slot that is not itself the start of a transition.
+takes one extra slot that is not itself the start of a transition. A `frame_fn` (`set_frame_fn`) maps each frame
+once as it is written, e.g. camera images to a frozen encoder's features, so sampling returns those instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ class ReplayBuffer:
         self.cursor = 0
         self.in_episode = False  # the frame at `cursor` is the current obs, already written
         self.n_added = 0
+        self.frame_fn: Callable[[NpObs], NpObs] | None = None
 
     def __len__(self) -> int:
         return int(self.valid.sum())
@@ -54,14 +56,15 @@ class ReplayBuffer:
             "intervened": np.float32(t.intervened),
             **{f"extra.{k}": np.asarray(v) for k, v in t.extras.items()},
         }
+        next_frame = self._frame(t.next_obs)
         if not self.obs:
-            self._alloc(self.obs, t.obs)
+            self._alloc(self.obs, next_frame)
         self._alloc(self.step, step)
         i = self.cursor
         if not self.in_episode:
-            self._write_frame(i, t.obs)
+            self._write_frame(i, self._frame(t.obs))
         nxt = (i + 1) % self.capacity
-        self._write_frame(nxt, t.next_obs)
+        self._write_frame(nxt, next_frame)
         for k, v in step.items():
             self.step[k][i] = v
         self.valid[i] = True
@@ -72,6 +75,24 @@ class ReplayBuffer:
         else:
             self.cursor = nxt
             self.in_episode = True
+
+    def _frame(self, obs: NpObs) -> NpObs:
+        return self.frame_fn(obs) if self.frame_fn is not None else obs
+
+    def set_frame_fn(self, fn: Callable[[NpObs], NpObs], chunk: int = 256) -> None:
+        """Maps the frames already stored through `fn` (a batch at a time) and every frame written from now on."""
+        self.frame_fn = fn
+        if not self.obs:
+            return
+        filled = self.capacity if self.n_added >= self.capacity else min(self.capacity, self.cursor + 1)
+        mapped: dict[str, np.ndarray] = {}
+        for start in range(0, filled, chunk):
+            out = fn({k: v[start : start + chunk] for k, v in self.obs.items()})
+            if not mapped:
+                mapped = {k: np.zeros((self.capacity, *v.shape[1:]), v.dtype) for k, v in out.items()}
+            for k, v in out.items():
+                mapped[k][start : start + len(v)] = v
+        self.obs = mapped
 
     def break_sequence(self) -> None:
         """The next transition does not continue the last one (e.g. a new intervention segment)."""

@@ -324,6 +324,10 @@ class TrainingRun:
             # resuming from a checkpoint skips it (the checkpoint carries the normaliser): it costs the arm time.
             probe = probe_states(self.eval_env, cfg.seed, episodes=1 if cfg.robot is not None else 5)
             algo.policy.encoder.set_state_normalization(torch.from_numpy(probe))
+        if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
+            algo.pretrain_trunk(demo_buf)
+            for buf in (demo_buf, online_buf):
+                buf.set_frame_fn(algo.policy.encoder.embed_frames)
         self.algo = algo.to(self.device)
         self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
