@@ -87,7 +87,7 @@ class ReplayBuffer:
         filled = self.capacity if self.n_added >= self.capacity else min(self.capacity, self.cursor + 1)
         mapped: dict[str, np.ndarray] = {}
         for start in range(0, filled, chunk):
-            out = fn({k: v[start : start + chunk] for k, v in self.obs.items()})
+            out = fn({k: v[start : min(start + chunk, filled)] for k, v in self.obs.items()})
             if not mapped:
                 mapped = {k: np.zeros((self.capacity, *v.shape[1:]), v.dtype) for k, v in out.items()}
             for k, v in out.items():

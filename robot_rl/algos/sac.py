@@ -207,7 +207,7 @@ class SAC(nn.Module):
             enc.frozen_trunk = True
             for p in enc.trunk_params():
                 p.requires_grad_(False)
-        return float(loss)
+        return float(loss.detach())
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"critic": self.critic_opt, "actor": self.actor_opt, "temperature": self.temp_opt}
