@@ -377,7 +377,7 @@ class TrainingRun:
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
-                           **res.as_dict()})  # fmt: skip
+                           "wall_clock_s": round(self.wall_clock_s, 1), **res.as_dict()})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
