@@ -186,8 +186,11 @@ class SAC(nn.Module):
         if not enc.frozen_trunk or self.cfg.pretrained_encoder:
             return None
         if not len(demo):
-            raise UserError("sac.frozen_trunk=true needs demos to pretrain the camera trunks on, or "
-                            "sac.pretrained_encoder=<safetensors>: a frozen random encoder learns nothing")  # fmt: skip
+            raise UserError(
+                "sac.frozen_trunk=true (obs=pixels' default) needs demos to pretrain the camera trunks on: give "
+                "demos.path=<store> or sac.pretrained_encoder=<safetensors>, or train the encoder end to end with "
+                "sac.frozen_trunk=false (a frozen random encoder learns nothing)"
+            )
         probe = MLP(enc.out_dim, (256,), self.policy.act_dim)
         params = [*enc.trunk_params(), *(p for c in enc.cameras for p in enc.convs[c].head.parameters())]
         opt = torch.optim.Adam([*params, *probe.parameters()], lr=lr)
