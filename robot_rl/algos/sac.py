@@ -43,7 +43,7 @@ class SACConfig:
     # Camera conv trunks pretrained by behaviour cloning on the demos, then frozen: each frame is reduced to trunk
     # features once, as the replay buffer stores it, and the critic trains only the per-camera heads on them.
     frozen_trunk: bool = False
-    trunk_pretrain_steps: int = 1000  # BC steps on the demos before freezing (skipped with `pretrained_encoder`)
+    trunk_pretrain_steps: int = 500  # BC steps on the demos before freezing (skipped with `pretrained_encoder`)
     zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
     # Update matmuls and convs in bfloat16 (weights, optimiser, output layers and losses stay fp32): "auto" turns it
     # on where bf16 measures >= 1.5x fp32 (4x on the AVX512-BF16 dev box, any bf16 GPU), "on" / "off" force it.
@@ -177,7 +177,7 @@ class SAC(nn.Module):
         self.temp_opt.step()
         return actor_loss.detach(), temp_loss.detach(), -logp.detach().mean()
 
-    def pretrain_trunk(self, demo: ReplayBuffer, batch_size: int = 128, lr: float = 1e-3) -> float | None:
+    def pretrain_trunk(self, demo: ReplayBuffer, batch_size: int = 64, lr: float = 1e-3) -> float | None:
         """Behaviour cloning of the demo actions through the camera encoders (DrQ shifts on), before their trunks
         are frozen: the features that predict the expert's action are the cube and gripper positions the critic
         needs, learned from the project's own demos (nothing downloaded). Returns the last BC loss; None when
