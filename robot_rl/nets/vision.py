@@ -47,9 +47,8 @@ class ConvEncoder(nn.Module):
             nn.Conv2d(channels, channels, 3, stride=2, padding=1),
             nn.ReLU(inplace=True),
         ).to(memory_format=torch.channels_last)
-        self.head = nn.Sequential(nn.Linear(channels * 8 * 8, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
-
-        self.trunk_dim = channels * 8 * 8
+        self.trunk_dim = channels * 8 * 8  # what the trunk hands the head, and what a frozen trunk's frames store
+        self.head = nn.Sequential(nn.Linear(self.trunk_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(x).flatten(1))
