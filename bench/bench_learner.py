@@ -52,10 +52,16 @@ PIXEL_COMPARISONS = (
 )
 
 
-def make_batch(cameras: tuple[str, ...], size: int, batch: int = B, device: str = "cpu") -> Batch:
+def make_batch(
+    cameras: tuple[str, ...], size: int, batch: int = B, device: str = "cpu", sac: SAC | None = None
+) -> Batch:
+    """Random observations; with a frozen-trunk `sac`, cameras as the trunk features its replay buffer stores."""
+
     def obs() -> dict[str, torch.Tensor]:
         o = {"state": torch.randn(batch, PROPRIO_DIM if cameras else STATE_DIM)}
         o.update({c: torch.randint(0, 255, (batch, size, size, 3), dtype=torch.uint8) for c in cameras})
+        if sac is not None and sac.policy.encoder.frozen_trunk:
+            o.update({k: torch.as_tensor(v) for k, v in sac.policy.encoder.embed_frames(o).items()})
         return o
 
     return Batch(
@@ -68,10 +74,27 @@ def make_batch(cameras: tuple[str, ...], size: int, batch: int = B, device: str 
     ).to(device)
 
 
-def update_flops(sac: SAC, batch: Batch) -> int:
-    sac.update([batch])  # first: a one-off start-up probe (bf16 speed) must not be counted as the update's work
+class Variant:
+    """One of our learners as timed: an update on `batch`, plus, with a frozen trunk, reducing the one new frame
+    an env step brings (2 cameras, batch 1) to trunk features: at UTD 1 that is the per-update share of it."""
+
+    def __init__(self, sac: SAC, cameras: tuple[str, ...], size: int) -> None:
+        self.sac = sac
+        self.batch = make_batch(cameras, size, sac=sac)
+        one = make_batch(cameras, size, batch=1).obs
+        self.frame = {k: v[0].numpy() for k, v in one.items()} if sac.policy.encoder.frozen_trunk else None
+        self.reps_scale = 20 if self.frame is not None else 1  # ~20x cheaper: as many seconds timed as the others
+
+    def step(self) -> None:
+        self.sac.update([self.batch])
+        if self.frame is not None:
+            self.sac.policy.encoder.embed_frames(self.frame)
+
+
+def update_flops(v: Variant) -> int:
+    v.step()  # first: a one-off start-up probe (bf16 speed) must not be counted as the update's work
     with FlopCounterMode(display=False) as fc:
-        sac.update([batch])
+        v.step()
     return fc.get_total_flops()
 
 
@@ -142,22 +165,21 @@ def compare(
     label: str,
     obs: str,
     overrides: dict,
-    ours: dict[str, SAC],
-    batch: Batch,
+    ours: dict[str, Variant],
     reps: tuple[int, int],
     rounds: int,
 ) -> list[dict]:
     """Alternating rounds of the peer config and each of our variants, 1 thread; medians."""
     torch.set_num_threads(1)
-    flops = {k: update_flops(s, batch) for k, s in ours.items()}
+    flops = {k: update_flops(v) for k, v in ours.items()}
     cpu: dict[str, list[float]] = {k: [] for k in ours}
     wall: dict[str, list[float]] = {k: [] for k in ours}
     peer_answers: list[dict] = []
     for _ in range(rounds):
         if peer is not None:
             peer_answers.append(peer.measure(label, obs, overrides, reps[0]))
-        for k, sac in ours.items():
-            w, c = rates(lambda: sac.update([batch]), reps[1], warmup=1)  # noqa: B023
+        for k, v in ours.items():
+            w, c = rates(v.step, reps[1] * v.reps_scale, warmup=1)
             wall[k].append(w)
             cpu[k].append(c)
     rows = []
@@ -175,8 +197,8 @@ def compare(
         rows.append(row)
     else:
         rows.append({"bench": f"LeRobot, {label}", "updates_per_cpu_s": note})
-    for k, sac in ours.items():
-        row = stack_row(f"robot_rl, {label}, {k}", n_params(sac), flops[k], cpu[k], wall[k])
+    for k, v in ours.items():
+        row = stack_row(f"robot_rl, {label}, {k}", n_params(v.sac), flops[k], cpu[k], wall[k])
         row["ratio_vs_lerobot"] = row["updates_per_cpu_s"] / peer_cpu if peer_cpu else NOT_MEASURED
         rows.append(row)
     return rows
@@ -291,20 +313,26 @@ def main(quick: bool = False) -> list[dict]:
     peer, note = start_peer()
     rows: list[dict] = []
     try:
-        state_batch = make_batch((), 0)
         for label, overrides, hidden in STATE_COMPARISONS:
             ours = {
-                f"hidden {list(hidden)}": SAC(SACConfig(hidden=hidden), STATE_DIM, ACT_DIM),
-                f"hidden {list(hidden)}, bf16 off": SAC(SACConfig(hidden=hidden, bf16="off"), STATE_DIM, ACT_DIM),
+                f"hidden {list(hidden)}": Variant(SAC(SACConfig(hidden=hidden), STATE_DIM, ACT_DIM), (), 0),
+                f"hidden {list(hidden)}, bf16 off": Variant(
+                    SAC(SACConfig(hidden=hidden, bf16="off"), STATE_DIM, ACT_DIM), (), 0
+                ),
             }
             reps = (20, 40) if quick else (100, 200)
-            run = lambda: compare(peer, note, label, "state", overrides, ours, state_batch, reps, rounds)  # noqa: B023, E731
+            run = lambda: compare(peer, note, label, "state", overrides, ours, reps, rounds)  # noqa: B023, E731
             rows += timed(label, run)
-        pixel_batch = make_batch(CAMERAS, 128)
-        ours_px = {"defaults": SAC(SACConfig(), PROPRIO_DIM, ACT_DIM, cameras=CAMERAS, image_size=128)}
+        ours_px = {
+            name: Variant(SAC(cfg, PROPRIO_DIM, ACT_DIM, cameras=CAMERAS, image_size=128), CAMERAS, 128)
+            for name, cfg in (
+                ("trunk trained end to end", SACConfig()),
+                ("frozen trunk, features stored per frame", SACConfig(frozen_trunk=True)),
+            )
+        }
         for i, (label, overrides) in enumerate(PIXEL_COMPARISONS):
             reps = (1, 2) if quick else ((3, 10) if i == 0 else (10, 10))
-            run = lambda: compare(peer, note, label, "pixels", overrides, ours_px, pixel_batch, reps, rounds)  # noqa: B023, E731
+            run = lambda: compare(peer, note, label, "pixels", overrides, ours_px, reps, rounds)  # noqa: B023, E731
             rows += timed(label, run)
     finally:
         if peer is not None:

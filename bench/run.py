@@ -42,7 +42,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--only", default=",".join(AREAS), help=f"comma list of {AREAS}")
     p.add_argument("--quick", action="store_true", help="few repetitions: a smoke run, not numbers to quote")
-    p.add_argument("--pixel-minutes", type=float, default=30.0, help="budget of the pixel training run (0 skips it)")
+    p.add_argument("--pixel-minutes", type=float, default=5.0, help="budget of the pixel training loop (0 skips it)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)

@@ -2,12 +2,13 @@
 
 Observations live in a frame ring: each frame is written once and a transition at slot i reads its next
 observation from slot i+1, so images are never duplicated as obs and next_obs. An episode's final observation
-takes one extra slot that is not itself the start of a transition.
+takes one extra slot that is not itself the start of a transition. A `frame_fn` (`set_frame_fn`) maps each frame
+once as it is written, e.g. camera images to a frozen encoder's features, so sampling returns those instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ class ReplayBuffer:
         self.cursor = 0
         self.in_episode = False  # the frame at `cursor` is the current obs, already written
         self.n_added = 0
+        self.frame_fn: Callable[[NpObs], NpObs] | None = None
 
     def __len__(self) -> int:
         return int(self.valid.sum())
@@ -55,16 +57,17 @@ class ReplayBuffer:
             "intervened": np.float32(t.intervened),
             **{f"extra.{k}": np.asarray(v) for k, v in t.extras.items()},
         }
+        next_frame = self._frame(t.next_obs)
         if not self.obs:
-            self._alloc(self.obs, t.obs)
+            self._alloc(self.obs, next_frame)
         self._alloc(self.step, step)
         if self.in_episode and not self._continues(t.obs):
             self.break_sequence()  # e.g. an episode the env aborted: the stream went on with a new one
         i = self.cursor
         if not self.in_episode:
-            self._write_frame(i, t.obs)
+            self._write_frame(i, self._frame(t.obs))
         nxt = (i + 1) % self.capacity
-        self._write_frame(nxt, t.next_obs)
+        self._write_frame(nxt, next_frame)
         for k, v in step.items():
             self.step[k][i] = v
         self.valid[i] = True
@@ -77,8 +80,29 @@ class ReplayBuffer:
             self.in_episode = True
 
     def _continues(self, obs: NpObs) -> bool:
-        """Whether `obs` is the frame at the cursor (the last transition's next obs), as a continuing episode's is."""
-        return all(np.array_equal(self.obs[k][self.cursor], v) for k, v in obs.items())
+        """Whether `obs` is the frame at the cursor (the last transition's next obs), as a continuing episode's is.
+        Judged on the state vector where there is one: camera frames may be stored as trunk features."""
+        keys = ["state"] if "state" in obs else list(obs)
+        frame = obs if "state" in obs else self._frame(obs)
+        return all(np.array_equal(self.obs[k][self.cursor], frame[k]) for k in keys)
+
+    def _frame(self, obs: NpObs) -> NpObs:
+        return self.frame_fn(obs) if self.frame_fn is not None else obs
+
+    def set_frame_fn(self, fn: Callable[[NpObs], NpObs], chunk: int = 256) -> None:
+        """Maps the frames already stored through `fn` (a batch at a time) and every frame written from now on."""
+        self.frame_fn = fn
+        if not self.obs:
+            return
+        filled = self.capacity if self.n_added >= self.capacity else min(self.capacity, self.cursor + 1)
+        mapped: dict[str, np.ndarray] = {}
+        for start in range(0, filled, chunk):
+            out = fn({k: v[start : min(start + chunk, filled)] for k, v in self.obs.items()})
+            if not mapped:
+                mapped = {k: np.zeros((self.capacity, *v.shape[1:]), v.dtype) for k, v in out.items()}
+            for k, v in out.items():
+                mapped[k][start : start + len(v)] = v
+        self.obs = mapped
 
     def break_sequence(self) -> None:
         """The next transition does not continue the last one (e.g. a new intervention segment)."""

@@ -338,6 +338,10 @@ class TrainingRun:
             algo.policy.encoder.set_state_normalization(torch.from_numpy(envelope_states(cfg.robot, cfg.seed)))
         else:  # DSRL: the states of a few random episodes fix the normaliser
             algo.policy.encoder.set_state_normalization(torch.from_numpy(probe_states(self.eval_env, cfg.seed)))
+        if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
+            algo.pretrain_trunk(demo_buf)
+            for buf in (demo_buf, online_buf):
+                buf.set_frame_fn(algo.policy.encoder.embed_frames)
         self.algo = algo.to(self.device)
         self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
@@ -390,7 +394,7 @@ class TrainingRun:
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
-                           **res.as_dict()})  # fmt: skip
+                           "wall_clock_s": round(self.wall_clock_s, 1), **res.as_dict()})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res

@@ -1,9 +1,12 @@
-"""Image side of the observation: conv encoder per camera, DrQ random-shift augmentation."""
+"""Image side of the observation: conv encoder per camera, DrQ random-shift augmentation, and the frozen-trunk mode
+in which a camera frame is reduced once to its trunk features (`ObsEncoder.embed_frames`) and the learner trains
+only the per-camera head on those."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
 from torch import nn
@@ -44,7 +47,8 @@ class ConvEncoder(nn.Module):
             nn.Conv2d(channels, channels, 3, stride=2, padding=1),
             nn.ReLU(inplace=True),
         ).to(memory_format=torch.channels_last)
-        self.head = nn.Sequential(nn.Linear(channels * 8 * 8, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.trunk_dim = channels * 8 * 8  # what the trunk hands the head, and what a frozen trunk's frames store
+        self.head = nn.Sequential(nn.Linear(self.trunk_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(x).flatten(1))
@@ -63,11 +67,13 @@ class ObsEncoder(nn.Module):
         image_size: int = 64,
         feature_dim: int = 64,
         augment_pad: int = 4,
+        frozen_trunk: bool = False,
     ) -> None:
         super().__init__()
         self.cameras = tuple(cameras)
         self.augment_pad = augment_pad
         self.convs = nn.ModuleDict({c: ConvEncoder(image_size, feature_dim=feature_dim) for c in self.cameras})
+        self.frozen_trunk = frozen_trunk
         self.out_dim = state_dim + feature_dim * len(self.cameras)
         # Buffers, not parameters: they ride along in every checkpoint and weight push, so learner, eval and
         # robot node normalise identically. Centimetre-scale features need this to be learnable quickly.
@@ -90,16 +96,43 @@ class ObsEncoder(nn.Module):
         self.state_mean.copy_(states.mean(0))
         self.state_std.copy_(states.std(0).clamp_min(min_std))
 
+    def trunk_params(self) -> list[nn.Parameter]:
+        return [p for c in self.cameras for p in self.convs[c].trunk.parameters()]
+
+    def _trunk(self, cam: str, img: torch.Tensor, augment: bool) -> torch.Tensor:
+        """(B, H, W, 3) uint8 -> (B, trunk_dim) in the autocast dtype (fp32 without autocast)."""
+        if augment and self.augment_pad:
+            img = random_shift(img, self.augment_pad)
+        # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution. Under autocast
+        # the bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16.
+        dev = img.device.type
+        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
+        # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
+        return self.convs[cam].trunk(img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)).flatten(1)
+
+    @torch.no_grad()
+    def embed_frames(self, obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Camera images -> float16 trunk features, other keys unchanged; one frame (H, W, 3) or a batch.
+
+        With a frozen trunk this runs once per frame (the replay buffer stores its output): the learner's update
+        then never touches a pixel, which takes ~90 % of a pixel update's FLOPs away."""
+        out = dict(obs)
+        for cam in self.cameras:
+            img = torch.from_numpy(np.asarray(obs[cam])).to(self.state_mean.device)
+            one = img.dim() == 3
+            feat = self._trunk(cam, img.unsqueeze(0) if one else img, augment=False).to("cpu", torch.float16).numpy()
+            out[cam] = feat[0] if one else feat
+        return out
+
     def forward(self, obs: Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
+        """Cameras as (B, H, W, 3) uint8 images, or as (B, trunk_dim) features from `embed_frames`."""
         feats = [(obs["state"] - self.state_mean) / self.state_std]
         for cam in self.cameras:
-            img = obs[cam]  # (B, H, W, 3) uint8
-            if augment and self.augment_pad:
-                img = random_shift(img, self.augment_pad)
-            # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution. Under autocast
-            # the bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16.
-            dev = img.device.type
-            dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
-            # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
-            feats.append(self.convs[cam](img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)))
+            x = obs[cam]
+            if x.dim() == 2:
+                dev = x.device.type
+                x = x.to(torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32)
+            else:
+                x = self._trunk(cam, x, augment and not self.frozen_trunk)
+            feats.append(self.convs[cam].head(x))
         return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)

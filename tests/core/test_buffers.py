@@ -1,6 +1,7 @@
 """Replay: frames stored once, next_obs correct across episode ends and ring wrap-around, save/restore."""
 
 import numpy as np
+import torch
 
 from robot_rl.buffers import MixedSampler, ReplayBuffer
 from robot_rl.types import Transition
@@ -89,3 +90,26 @@ def test_mixed_sampler_ratio() -> None:
         online.add(t)
     s = mix.sample().obs["state"][:, 0].numpy()
     assert (s < 1000).sum() == 32 and (s >= 1000).sum() == 32
+
+
+def test_frame_fn_maps_stored_and_new_frames_once() -> None:
+    """Frames already stored are mapped when the function is set, later ones as they are written; the
+    obs/next_obs pairing is untouched (the function sees each frame once, not once per transition)."""
+    buf = ReplayBuffer(capacity=64, seed=0)
+    for t in episode(0, 5):
+        buf.add(t)
+    calls = []
+
+    def to_feature(obs: dict) -> dict:
+        calls.append(len(obs["cam"]) if obs["cam"].ndim == 4 else 1)
+        return {**obs, "cam": obs["cam"][..., 0, 0, :1].astype(np.float16)}
+
+    buf.set_frame_fn(to_feature)
+    for t in episode(100, 6):
+        buf.add(t)
+    assert sum(calls) == 7 + 7  # the slots filled so far (chunked), then 7 frames written one at a time
+    b = buf.sample(300)
+    s, ns = b.obs["state"][:, 0], b.next_obs["state"][:, 0]
+    assert np.array_equal(ns.numpy(), s.numpy() + 1)
+    assert b.obs["cam"].shape == (300, 1) and b.obs["cam"].dtype == torch.float16
+    assert np.array_equal(b.obs["cam"][:, 0].numpy(), s.numpy() % 256)

@@ -1,11 +1,16 @@
-"""Image path: DrQ shift is a replicate-padded integer shift; a pretrained encoder loads from a local file."""
+"""Image path: DrQ shift is a replicate-padded integer shift; a pretrained encoder loads from a local file; a frozen
+trunk is pretrained on the demos and the learner then trains only its head on stored features."""
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.buffers import ReplayBuffer
+from robot_rl.errors import UserError
 from robot_rl.nets.vision import ConvEncoder, random_shift
+from robot_rl.types import Transition
 
 
 def test_random_shift_is_an_integer_translation_with_replicated_edges() -> None:
@@ -34,3 +39,55 @@ def test_pretrained_encoder_is_loaded_into_every_camera(tmp_path) -> None:
             assert torch.equal(sac.policy.encoder.convs[cam].state_dict()[k], v)
     with pytest.raises(ValueError, match="does not fit"):
         SAC(SACConfig(image_feature_dim=8, pretrained_encoder=str(path)), 3, 2, ("front",), 64)
+
+
+def square_demos(n: int = 200, size: int = 32, seed: int = 0) -> ReplayBuffer:
+    """Frames with one bright square whose position is the expert's action: BC can only fit it by seeing."""
+    rng = np.random.default_rng(seed)
+    buf = ReplayBuffer(capacity=2 * n + 2, seed=seed)
+    for _ in range(n):
+        y, x = rng.integers(0, size - 6, 2)
+        img = np.zeros((size, size, 3), np.uint8)
+        img[y : y + 6, x : x + 6] = 255
+        obs = {"state": np.zeros(2, np.float32), "front": img}
+        action = (np.array([y, x], np.float32) / (size - 6) - 0.5) * 1.6
+        buf.add(Transition(obs, action, 0.0, obs, terminated=True, truncated=False))
+    return buf
+
+
+@pytest.fixture
+def one_thread():
+    """Convolution backward at 2 threads on a shared 2-core box ran ~8x slower than at 1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_frozen_trunk_is_pretrained_on_demos_then_only_its_head_learns(one_thread: None) -> None:
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden=(32,), image_feature_dim=16, frozen_trunk=True, trunk_pretrain_steps=150, bf16="off")
+    sac = SAC(cfg, state_dim=2, act_dim=2, cameras=("front",), image_size=32)
+    enc = sac.policy.encoder
+    demos = square_demos()
+    with pytest.raises(UserError, match="needs demos"):
+        sac.pretrain_trunk(ReplayBuffer(4))
+    trunk_before = [p.clone() for p in enc.trunk_params()]
+    loss = sac.pretrain_trunk(demos, batch_size=64)
+    assert loss < 0.25 * float(demos.step["action"][demos.valid].var(0).mean())  # it learned to see the square
+    assert not any(p.requires_grad for p in enc.trunk_params())
+    assert any(not torch.equal(a, p) for a, p in zip(trunk_before, enc.trunk_params(), strict=True))
+
+    raw = demos.sample(8).obs
+    demos.set_frame_fn(enc.embed_frames)
+    b = demos.sample(8)
+    assert b.obs["front"].shape == (8, enc.convs["front"].trunk_dim)
+    with torch.no_grad():  # the actor (pixels) and the learner (stored features) see the same thing
+        stored = enc.embed_frames({"front": raw["front"].numpy()})["front"]
+        feats = {"state": raw["state"], "front": torch.from_numpy(stored)}
+        assert torch.allclose(enc(raw), enc(feats), atol=1e-2)
+
+    trunk, head = [p.clone() for p in enc.trunk_params()], [p.clone() for p in enc.convs["front"].head.parameters()]
+    sac.update([b])
+    assert all(torch.equal(a, p) for a, p in zip(trunk, enc.trunk_params(), strict=True))
+    assert any(not torch.equal(a, p) for a, p in zip(head, enc.convs["front"].head.parameters(), strict=True))

@@ -114,8 +114,9 @@ def test_cameras_with_a_crop_build_and_train_on_the_sim_robot(domain: int, tmp_p
     sim = sim_robot(domain, "--cameras", "front,wrist")
     cams = "[{name: front, topic: camera/front/image, crop: [8, 8, 48, 48]}, {name: wrist, topic: camera/wrist/image}]"
     try:
-        tr = train(domain, "obs=pixels", f"robot.cameras={cams}", "loop.env_steps=60", "loop.eval_every=0",
-                   "loop.final_eval_episodes=1", "sac.batch_size=16", f"run_dir={run}")  # fmt: skip
+        tr = train(domain, "obs=pixels", "sac.frozen_trunk=false", f"robot.cameras={cams}", "loop.env_steps=60",
+                   "loop.eval_every=0", "loop.final_eval_episodes=1", "sac.batch_size=16",
+                   f"run_dir={run}")  # fmt: skip
         out, err = tr.communicate(timeout=120)
         assert tr.returncode == 0, err[-3000:]
     finally:
