@@ -34,12 +34,12 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
 OBS_MODES = ("state", "pixels", "both")
 FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
-CUBE_HALF = 0.02
+# Task parameters. Every size and height they are measured against (object half-extents, table top, hole width)
+# is read from the model at reset, so a resized cube or a raised table keeps the checks right.
 LIFT_HEIGHT = 0.05  # PickCube success: cube raised this far above its resting height
-PEG_HALF_LEN = 0.05
 PEG_BELOW_TCP = 0.01  # peg centre sits this far below the TCP when held
-HOLE_HALF = 0.0115
 INSERT_DEPTH = 0.03  # PegInsert success depth below the hole top
+GRASP_SLACK = 0.006  # finger gap within the object's width +- this (and the TCP within the object) is a grasp
 ARM_DOFS = slice(0, 7)
 
 
@@ -54,7 +54,7 @@ class _TaskSpec:
     object_body: str
     object_xy: tuple[float, float]
     ee_start: tuple[float, float, float]
-    workspace_lo: tuple[float, float, float]
+    workspace_lo: tuple[float, float, float]  # z: above the table top
     workspace_hi: tuple[float, float, float]
     episode_steps: int
 
@@ -113,6 +113,8 @@ class PandaEnv(gym.Env):
         self._tcp_id = m.site("tcp").id
         self._mocap_id = m.body_mocapid[m.body("target").id]
         self._obj_body = m.body(spec.object_body).id
+        self._obj_geom = m.geom(spec.object_body).id
+        self._table = m.geom("table").id
         self._obj_qadr = m.jnt_qposadr[m.body_jntadr[self._obj_body]]
         self._finger_qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in ("finger_left", "finger_right")])
         self._peg = cfg.task == "PegInsert"
@@ -120,13 +122,17 @@ class PandaEnv(gym.Env):
             self._peg_bottom_id = m.site("peg_bottom").id
             self._hole_top_id = m.site("hole_top").id
             self._block_mocap = m.body_mocapid[m.body("block").id]
+            wall = m.geom("wall_px").id  # the hole's half-width: inner face of a wall, in the block frame
+            self._hole_half = float(m.geom_pos[wall, 0] - m.geom_size[wall, 0])
         self._ws_lo = np.array(spec.workspace_lo)
         self._ws_hi = np.array(spec.workspace_hi)
         self._yaw_limit = np.pi / 2
         self._home_q = self._solve_ik(np.array(spec.ee_start), 0.0, m.qpos_spring[ARM_DOFS].copy())
         self._randomizer = DomainRandomizer(
-            cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS
+            cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS, "table"
         )
+        self._table_z = 0.0  # table top height and object half-extents of this episode, read at reset
+        self._obj_half = m.geom_size[self._obj_geom].copy()
 
         self.action_dim = 5 if cfg.yaw else 4
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
@@ -159,6 +165,9 @@ class PandaEnv(gym.Env):
         m, d, r = self.model, self.data, self.cfg.randomization
         mujoco.mj_resetData(m, d)
         self._randomizer.apply(rng)
+        self._table_z = float(m.geom_pos[self._table, 2])  # a plane in the world body: its z is the top
+        self._obj_half = m.geom_size[self._obj_geom].copy()
+        self._ws_lo[2] = self._table_z + self._task_spec.workspace_lo[2]
 
         start = np.array(self._task_spec.ee_start) + rng.uniform(-r.ee_start_jitter, r.ee_start_jitter, 3)
         d.qpos[ARM_DOFS] = self._solve_ik(start, 0.0, self._home_q)
@@ -167,8 +176,8 @@ class PandaEnv(gym.Env):
         obj_xy = np.array(self._task_spec.object_xy) + rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
         q = self._obj_qadr
         if self._peg:
-            d.mocap_pos[self._block_mocap, :2] = obj_xy
-            d.qpos[self._finger_qadr] = 0.01  # exactly on the 2 cm peg
+            d.mocap_pos[self._block_mocap] = (obj_xy[0], obj_xy[1], self._table_z)
+            d.qpos[self._finger_qadr] = self._obj_half[1]  # exactly on the peg
             d.ctrl[:] = 0.0
             d.qpos[q : q + 3] = start - np.array([0.0, 0.0, PEG_BELOW_TCP])
             d.qpos[q + 3 : q + 7] = (1.0, 0.0, 0.0, 0.0)
@@ -176,7 +185,7 @@ class PandaEnv(gym.Env):
             d.qpos[self._finger_qadr] = FINGER_OPEN
             d.ctrl[:] = FINGER_OPEN
             yaw = rng.uniform(-r.object_yaw_range, r.object_yaw_range) if self.cfg.yaw else 0.0
-            d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], CUBE_HALF)
+            d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], self._table_z + self._obj_half[2])
             d.qpos[q + 3 : q + 7] = (np.cos(0.5 * yaw), 0.0, 0.0, np.sin(0.5 * yaw))
         mujoco.mj_forward(m, d)
         if self._peg:
@@ -221,7 +230,7 @@ class PandaEnv(gym.Env):
             d.mocap_quat[self._mocap_id] = down_quat(yaw)
         if not self._peg:
             # Proportional, not a switch: a critic gets no gradient through a step function.
-            # Any command > 0 closes past the 4 cm cube, so "> 0 grasps" still holds.
+            # Any command > 0 closes past a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube.
             d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
         mujoco.mj_step(self.model, d, self.n_substeps)
@@ -254,6 +263,9 @@ class PandaEnv(gym.Env):
             "object_yaw": self._object_yaw(),
             "grasped": self._grasped(),
             "success": self._success(),
+            "object_half": self._obj_half.copy(),  # box half-extents (m)
+            "table_z": self._table_z,
+            "lift_z": self._lift_z(),  # PickCube: the object centre height that counts as lifted
             "max_step": self.cfg.max_step,
             "max_yaw_step": self.cfg.max_yaw_step,
             "yaw_control": self.cfg.yaw,
@@ -316,27 +328,33 @@ class PandaEnv(gym.Env):
         return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
 
     def _grasped(self) -> bool:
-        """Geometric grasp test: cheaper than scanning contacts and good enough for rewards/experts."""
-        d = self.data
+        """Geometric grasp test against the object's actual extents: cheaper than scanning contacts and good
+        enough for rewards and experts."""
+        d, h = self.data, self._obj_half
         rel = d.xpos[self._obj_body] - d.site_xpos[self._tcp_id]
         gap = d.qpos[self._finger_qadr].sum()
-        if self._peg:
-            return bool(abs(rel[0]) < 0.015 and abs(rel[1]) < 0.015 and -0.045 < rel[2] < 0.02 and gap < 0.03)
+        width = 2.0 * min(h[0], h[1])  # the fingers close across a face (yaw control aligns them)
+        if self._peg:  # held somewhere along its length, fingers on it
+            near = abs(rel[0]) < h[0] + 0.005 and abs(rel[1]) < h[1] + 0.005
+            return bool(near and -(h[2] - 0.005) < rel[2] < 2 * h[0] and gap < width + 0.01)
         return bool(
             d.ctrl[0] < 0.5 * FINGER_OPEN
-            and 2 * CUBE_HALF - 0.006 < gap < 2 * CUBE_HALF + 0.006
-            and abs(rel[0]) < 0.02
-            and abs(rel[1]) < 0.02
-            and abs(rel[2]) < 0.03
+            and width - GRASP_SLACK < gap < width + GRASP_SLACK
+            and abs(rel[0]) < h[0]
+            and abs(rel[1]) < h[1]
+            and abs(rel[2]) < h[2] + 0.01
         )
+
+    def _lift_z(self) -> float:
+        return self._table_z + self._obj_half[2] + LIFT_HEIGHT
 
     def _success(self) -> bool:
         d = self.data
         if self._peg:
             pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
             lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
-            return bool(ht[2] - pb[2] >= INSERT_DEPTH and lateral < HOLE_HALF)
-        return bool(d.xpos[self._obj_body, 2] >= CUBE_HALF + LIFT_HEIGHT and self._grasped())
+            return bool(ht[2] - pb[2] >= INSERT_DEPTH and lateral < self._hole_half)
+        return bool(d.xpos[self._obj_body, 2] >= self._lift_z() and self._grasped())
 
     def _dense_reward(self) -> float:
         d = self.data
@@ -344,12 +362,12 @@ class PandaEnv(gym.Env):
             pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
             reach = 1.0 - np.tanh(10.0 * np.linalg.norm(ht - pb))
             lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
-            depth = np.clip((ht[2] - pb[2]) / INSERT_DEPTH, 0.0, 1.0) if lateral < HOLE_HALF else 0.0
+            depth = np.clip((ht[2] - pb[2]) / INSERT_DEPTH, 0.0, 1.0) if lateral < self._hole_half else 0.0
             return float(0.5 * (reach + depth))
         cube = d.xpos[self._obj_body]
         reach = 1.0 - np.tanh(10.0 * np.linalg.norm(cube - d.site_xpos[self._tcp_id]))
         grasped = float(self._grasped())
-        lift = grasped * np.clip((cube[2] - CUBE_HALF) / LIFT_HEIGHT, 0.0, 1.0)
+        lift = grasped * np.clip((cube[2] - self._table_z - self._obj_half[2]) / LIFT_HEIGHT, 0.0, 1.0)
         return float((reach + grasped + lift) / 3.0)
 
     def _solve_ik(self, pos: np.ndarray, yaw: float, q0: np.ndarray) -> np.ndarray:

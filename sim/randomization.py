@@ -8,6 +8,12 @@ and scales contact softness by it. With a stale value the pad/cube contacts were
 and PickCube grasps blew up (QACC/QVEL warnings, cube velocities of 1e9) in ~25 % of episodes once the cube mass
 was off nominal and friction below ~0.9 of nominal.
 
+Geometry edits update what MuJoCo derived from it at compile time: a world-body geom whose frame equals its
+body's (`geom_sameframe`) has its pose copied from the body and never reads `geom_pos`, so the table is marked as
+having its own frame at every reset (`mj_setConst` recomputes the flag from the positions it sees); a resized object
+gets its bounding sphere/box (`geom_rbound`, `geom_aabb`, used by the broad phase), its inertia, the sites on it,
+and `mj_setConst` for the inverse weights.
+
 The preset that keeps >= 90 % of nominal success against a shifted robot is `configs/randomization/robust.yaml`
 (`robot-rl train randomization=robust`); docs/sim_to_real.md has the settings and the measurements.
 """
@@ -34,6 +40,8 @@ class RandomizationConfig:
     camera_pos_jitter: float = 0.0  # metres
     camera_rot_jitter: float = 0.0  # radians, about a random axis
     color_jitter: float = 0.0  # +- on each RGB channel of the object and the table
+    table_height: tuple[float, float] = (0.0, 0.0)  # metres added to the table top (the robot base stays put)
+    object_size_scale: tuple[float, float] = (1.0, 1.0)  # the object's extents (mass kept, inertia follows)
     # Control steps between a commanded action and its execution: `action_latency` .. `action_latency_max`,
     # drawn per episode (a max below the min means "exactly action_latency"). The delayed thing is the absolute
     # TCP target made from the TCP the policy saw, as on a robot whose controller gets pose targets late.
@@ -66,12 +74,22 @@ class DomainRandomizer:
         object_bodies: tuple[str, ...],
         colored_geoms: tuple[str, ...],
         arm_dofs: slice,
+        table_geom: str,
     ) -> None:
         self.cfg = cfg
         self.model = model
         self._bodies = np.array([model.body(b).id for b in object_bodies], dtype=int)
         self._geoms = np.array([model.geom(g).id for g in colored_geoms], dtype=int)
         self._arm_dofs = arm_dofs
+        self._table = model.geom(table_geom).id
+        self._table_pos = model.geom_pos[self._table].copy()
+        self._obj_geoms = np.array([g for g in range(model.ngeom) if model.geom_bodyid[g] in self._bodies], dtype=int)
+        self._obj_sites = np.array([s for s in range(model.nsite) if model.site_bodyid[s] in self._bodies], dtype=int)
+        self._size = model.geom_size.copy()
+        self._rbound = model.geom_rbound.copy()
+        self._aabb = model.geom_aabb.copy()
+        self._geom_pos = model.geom_pos.copy()
+        self._site_pos = model.site_pos.copy()
         self._friction = model.geom_friction.copy()
         self._mass = model.body_mass.copy()
         self._inertia = model.body_inertia.copy()
@@ -86,13 +104,20 @@ class DomainRandomizer:
         cfg, m = self.cfg, self.model
         if _active(cfg.friction_scale):
             m.geom_friction[:, 0] = self._friction[:, 0] * rng.uniform(*cfg.friction_scale)
-        if _active(cfg.mass_scale):
+        if cfg.table_height[0] != 0.0 or cfg.table_height[1] != 0.0:
+            m.geom_pos[self._table, 2] = self._table_pos[2] + rng.uniform(*cfg.table_height)
+        mass_changed = _active(cfg.mass_scale)
+        if mass_changed:
             s = rng.uniform(*cfg.mass_scale, size=len(self._bodies))
             m.body_mass[self._bodies] = self._mass[self._bodies] * s
             m.body_inertia[self._bodies] = self._inertia[self._bodies] * s[:, None]
+        if _active(cfg.object_size_scale):
+            self._resize_objects(rng.uniform(*cfg.object_size_scale), mass_changed)
+        if mass_changed or _active(cfg.object_size_scale):
             if self._scratch is None:
                 self._scratch = mujoco.MjData(m)
             mujoco.mj_setConst(m, self._scratch)  # inverse weights follow the new masses (module docstring)
+        m.geom_sameframe[self._table] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE  # after mj_setConst, which recomputes it
         if _active(cfg.damping_scale):
             dofs = self._damping[self._arm_dofs]
             m.dof_damping[self._arm_dofs] = dofs * rng.uniform(*cfg.damping_scale, size=dofs.shape)
@@ -113,3 +138,14 @@ class DomainRandomizer:
         self.latency = cfg.action_latency
         if cfg.action_latency_max > cfg.action_latency:
             self.latency = int(rng.integers(cfg.action_latency, cfg.action_latency_max + 1))
+
+    def _resize_objects(self, scale: float, mass_changed: bool) -> None:
+        """Scales the objects' geoms about their bodies, keeping each body's mass (inertia goes with size^2)."""
+        m, g, st = self.model, self._obj_geoms, self._obj_sites
+        m.geom_size[g] = self._size[g] * scale
+        m.geom_rbound[g] = self._rbound[g] * scale
+        m.geom_aabb[g] = self._aabb[g] * scale
+        m.geom_pos[g] = self._geom_pos[g] * scale
+        m.site_pos[st] = self._site_pos[st] * scale
+        inertia = m.body_inertia[self._bodies] if mass_changed else self._inertia[self._bodies]
+        m.body_inertia[self._bodies] = inertia * scale**2
