@@ -26,6 +26,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymConfig, GymEnv
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
@@ -83,6 +84,10 @@ class EnvConfig:
     terminate_on_success: bool = True
     max_step: float = 0.025  # metres of target motion per step at |action| = 1
     max_yaw_step: float = 0.25  # radians per step at |action| = 1
+    # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
+    # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
+    # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
+    ee_force_limit: float = 50.0
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
@@ -154,6 +159,7 @@ class PandaEnv(gym.Env):
         # Commands (TCP target, yaw, gripper) waiting out `randomization.action_latency` control steps.
         self._latency: deque[tuple[np.ndarray, float, float]] = deque()
         self._last_action = np.zeros(self.action_dim)
+        self.contacts = ContactMonitor(m, self.n_substeps)
 
     # ----------------------------------------------------------------------------------------- gym API
 
@@ -197,8 +203,9 @@ class PandaEnv(gym.Env):
         self._latency = deque((start.copy(), 0.0, -1.0) for _ in range(self._randomizer.latency))  # hold, open
         self._last_action[:] = 0.0
         self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
+        self.contacts.reset()
         obs = self._observe()
-        return obs, {"success": self._success()}
+        return obs, {"success": self._success(), "safety_failure": False, **self.contacts.peaks.as_info()}
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=np.float64)
@@ -233,14 +240,20 @@ class PandaEnv(gym.Env):
             # Any command > 0 closes past a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube.
             d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
-        mujoco.mj_step(self.model, d, self.n_substeps)
+        m, mon = self.model, self.contacts
+        for k in range(self.n_substeps):
+            mujoco.mj_step(m, d)
+            mon.record(d, k)
+        mon.close_step(self.n_substeps)
         self._t += 1
 
-        success = self._success()
-        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" else 0.0)
-        terminated = success and self.cfg.terminate_on_success
+        unsafe = 0.0 < self.cfg.ee_force_limit < mon.step_ee_force
+        success = self._success() and not unsafe
+        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" and not unsafe else 0.0)
+        terminated = unsafe or (success and self.cfg.terminate_on_success)
         truncated = not terminated and self._t >= self.max_episode_steps
-        return self._observe(), reward, terminated, truncated, {"success": success}
+        info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}
+        return self._observe(), reward, terminated, truncated, info
 
     def close(self) -> None:
         if self._renderer is not None:
