@@ -34,6 +34,8 @@ from robot_rl.sim.rendering import CameraRenderer
 ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
 OBS_MODES = ("state", "pixels", "both")
+ARMS = ("osc", "mocap")
+_OSC_GROUP = 1  # actuator group of the Cartesian impedance actuators in panda.xml
 FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
 # Task parameters. Every size and height they are measured against (object half-extents, table top, hole width)
 # is read from the model at reset, so a resized cube or a raised table keeps the checks right.
@@ -84,6 +86,9 @@ class EnvConfig:
     terminate_on_success: bool = True
     max_step: float = 0.025  # metres of target motion per step at |action| = 1
     max_yaw_step: float = 0.25  # radians per step at |action| = 1
+    # osc: the Panda's joints driven by a Cartesian impedance controller with force and torque limits (a real
+    # Franka); mocap: the hand welded to the target, reaching it within ~10 ms whatever it pushes (sim/assets/panda.xml).
+    arm: str = "osc"
     # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
     # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
     # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
@@ -102,14 +107,20 @@ class PandaEnv(gym.Env):
             raise ValueError(f"unknown task {cfg.task!r}; expected one of {TASKS}")
         if cfg.obs not in OBS_MODES:
             raise ValueError(f"unknown obs mode {cfg.obs!r}; expected one of {OBS_MODES}")
+        if cfg.arm not in ARMS:
+            raise ValueError(f"unknown arm {cfg.arm!r}; expected one of {ARMS}")
         if cfg.reward not in ("sparse", "dense"):
             raise ValueError(f"unknown reward {cfg.reward!r}; expected 'sparse' or 'dense'")
         self.cfg = cfg
         self.task = cfg.task
         self._task_spec = spec = _TASKS[cfg.task]
         self.model = mujoco.MjModel.from_xml_path(str(ASSETS / spec.xml))
-        self.data = mujoco.MjData(self.model)
         m = self.model
+        if cfg.arm == "osc":
+            m.eq_active0[m.equality("ee_weld").id] = 0
+        else:
+            m.opt.disableactuator |= 1 << _OSC_GROUP
+        self.data = mujoco.MjData(m)
         steps = 1.0 / (cfg.control_hz * m.opt.timestep)
         self.n_substeps = max(1, round(steps))
         self.control_dt = self.n_substeps * m.opt.timestep
@@ -122,6 +133,7 @@ class PandaEnv(gym.Env):
         self._table = m.geom("table").id
         self._obj_qadr = m.jnt_qposadr[m.body_jntadr[self._obj_body]]
         self._finger_qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in ("finger_left", "finger_right")])
+        self._finger_act = np.array([m.actuator(n).id for n in ("finger_left", "finger_right")])
         self._peg = cfg.task == "PegInsert"
         if self._peg:
             self._peg_bottom_id = m.site("peg_bottom").id
@@ -184,12 +196,12 @@ class PandaEnv(gym.Env):
         if self._peg:
             d.mocap_pos[self._block_mocap] = (obj_xy[0], obj_xy[1], self._table_z)
             d.qpos[self._finger_qadr] = self._obj_half[1]  # exactly on the peg
-            d.ctrl[:] = 0.0
+            d.ctrl[self._finger_act] = 0.0
             d.qpos[q : q + 3] = start - np.array([0.0, 0.0, PEG_BELOW_TCP])
             d.qpos[q + 3 : q + 7] = (1.0, 0.0, 0.0, 0.0)
         else:
             d.qpos[self._finger_qadr] = FINGER_OPEN
-            d.ctrl[:] = FINGER_OPEN
+            d.ctrl[self._finger_act] = FINGER_OPEN
             yaw = rng.uniform(-r.object_yaw_range, r.object_yaw_range) if self.cfg.yaw else 0.0
             d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], self._table_z + self._obj_half[2])
             d.qpos[q + 3 : q + 7] = (np.cos(0.5 * yaw), 0.0, 0.0, np.sin(0.5 * yaw))
@@ -238,7 +250,7 @@ class PandaEnv(gym.Env):
         if not self._peg:
             # Proportional, not a switch: a critic gets no gradient through a step function.
             # Any command > 0 closes past a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube.
-            d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - grip)
+            d.ctrl[self._finger_act] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
         m, mon = self.model, self.contacts
         for k in range(self.n_substeps):

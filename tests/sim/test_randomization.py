@@ -9,9 +9,9 @@ from robot_rl.cli import load_config
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
 
 
-def expert_episodes(rand: RandomizationConfig, episodes: int, force_limit: float = 50.0) -> tuple[int, float, int]:
+def expert_episodes(rand: RandomizationConfig, episodes: int) -> tuple[int, float, int]:
     """(successes, fastest cube speed seen, episodes with MuJoCo instability warnings) of the scripted expert."""
-    env = make_env(EnvConfig(randomization=rand, ee_force_limit=force_limit), seed=0)
+    env = make_env(EnvConfig(randomization=rand), seed=0)
     u = env.unwrapped
     expert = ScriptedExpert(0.1, seed=0)
     ok, top, unstable = 0, 0.0, 0
@@ -59,9 +59,7 @@ def test_scripted_expert_succeeds_under_latency_and_the_shift() -> None:
     # A late delta used to make the expert's full-gain steps oscillate: 45 % success at one step of latency.
     rand = RandomizationConfig(friction_scale=(0.75, 0.75), mass_scale=(1.25, 1.25), damping_scale=(1.2, 1.2),
                                action_latency=1)  # fmt: skip
-    # Force limit off: with the mocap arm a late, noisy close can pinch the cube with kN (the weld has no force
-    # limit); this test is about latency, tests/sim/test_contacts.py about forces.
-    ok, _, unstable = expert_episodes(rand, 20, force_limit=0.0)
+    ok, _, unstable = expert_episodes(rand, 20)  # under the default force limit too
     assert ok >= 19 and unstable == 0
 
 
