@@ -87,7 +87,7 @@ class EnvConfig:
     max_step: float = 0.025  # metres of target motion per step at |action| = 1
     max_yaw_step: float = 0.25  # radians per step at |action| = 1
     # osc: the Panda's joints driven by a Cartesian impedance controller with force and torque limits (a real
-    # Franka); mocap: the hand welded to the target, reaching it within ~10 ms whatever it pushes (sim/assets/panda.xml).
+    # Franka); mocap: the hand welded to the target, there within ~10 ms whatever it pushes (sim/assets/panda.xml).
     arm: str = "osc"
     # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
     # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
