@@ -171,6 +171,7 @@ class PandaEnv(gym.Env):
         # Commands (TCP target, yaw, gripper) waiting out `randomization.action_latency` control steps.
         self._latency: deque[tuple[np.ndarray, float, float]] = deque()
         self._last_action = np.zeros(self.action_dim)
+        self._obs_queue: deque[dict[str, np.ndarray]] = deque()  # observations waiting out `obs_delay`
         self.contacts = ContactMonitor(m, self.n_substeps)
 
     # ----------------------------------------------------------------------------------------- gym API
@@ -191,7 +192,10 @@ class PandaEnv(gym.Env):
         d.qpos[ARM_DOFS] = self._solve_ik(start, 0.0, self._home_q)
         d.mocap_pos[self._mocap_id] = start
         d.mocap_quat[self._mocap_id] = down_quat(0.0)
-        obj_xy = np.array(self._task_spec.object_xy) + rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        offset = rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        while np.abs(offset).max() < r.object_xy_min:  # outside an inner box (transfer suite); resample
+            offset = rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        obj_xy = np.array(self._task_spec.object_xy) + offset
         q = self._obj_qadr
         if self._peg:
             d.mocap_pos[self._block_mocap] = (obj_xy[0], obj_xy[1], self._table_z)
@@ -217,6 +221,7 @@ class PandaEnv(gym.Env):
         self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
         self.contacts.reset()
         obs = self._observe()
+        self._obs_queue = deque(obs for _ in range(self._randomizer.obs_delay))
         return obs, {"success": self._success(), "safety_failure": False, **self.contacts.peaks.as_info()}
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
@@ -265,7 +270,7 @@ class PandaEnv(gym.Env):
         terminated = unsafe or (success and self.cfg.terminate_on_success)
         truncated = not terminated and self._t >= self.max_episode_steps
         info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}
-        return self._observe(), reward, terminated, truncated, info
+        return self._delayed(self._observe()), reward, terminated, truncated, info
 
     def close(self) -> None:
         if self._renderer is not None:
@@ -322,6 +327,21 @@ class PandaEnv(gym.Env):
             i += n
         return layout
 
+    def _delayed(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The observation `obs_delay` steps old, with this step's `last_action` (the policy's own, never late)."""
+        if not self._obs_queue:
+            return obs
+        self._obs_queue.append(obs)
+        old = self._obs_queue.popleft()
+        if "last_action" in self.state_layout:
+            old = {**old, "state": old["state"].copy()}
+            old["state"][self.state_layout["last_action"]] = obs["state"][self.state_layout["last_action"]]
+        return old
+
+    def _noisy(self, pos: np.ndarray) -> np.ndarray:
+        sigma = self.cfg.randomization.obs_noise
+        return pos + self.np_random.normal(0.0, sigma, 3) if sigma > 0.0 else pos
+
     def _observe(self) -> dict[str, np.ndarray]:
         d = self.data
         tcp = d.site_xpos[self._tcp_id]
@@ -335,10 +355,10 @@ class PandaEnv(gym.Env):
             parts.append(self._last_action)
         if self.cfg.obs != "pixels":
             if self._peg:
-                pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
+                pb, ht = self._noisy(d.site_xpos[self._peg_bottom_id]), self._noisy(d.site_xpos[self._hole_top_id])
                 parts += [pb, ht, ht - pb]
             else:
-                cube = d.xpos[self._obj_body]
+                cube = self._noisy(d.xpos[self._obj_body])
                 parts += [cube, cube - tcp]
                 if self.cfg.yaw:
                     y4 = 4.0 * self._object_yaw()

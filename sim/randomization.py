@@ -30,6 +30,9 @@ import numpy as np
 class RandomizationConfig:
     # Task randomness: object start position offset (+-x, +-y metres) around the task's nominal spot.
     object_xy_range: tuple[float, float] = (0.08, 0.08)
+    # Starts at least this far (metres, the larger of |dx|, |dy|) from the nominal spot: 0 samples the whole box; the
+    # transfer suite uses it to start the object only outside the region a policy trained on.
+    object_xy_min: float = 0.0
     # Object start yaw +-range (rad); only used when the env has yaw control (otherwise yaw is 0).
     object_yaw_range: float = 0.785
     # Gripper start position jitter (+- metres per axis).
@@ -42,6 +45,16 @@ class RandomizationConfig:
     color_jitter: float = 0.0  # +- on each RGB channel of the object and the table
     table_height: tuple[float, float] = (0.0, 0.0)  # metres added to the table top (the robot base stays put)
     object_size_scale: tuple[float, float] = (1.0, 1.0)  # the object's extents (mass kept, inertia follows)
+    # Arm lag: the impedance controller's stiffness and damping (arm=osc), one factor each per episode.
+    arm_stiffness_scale: tuple[float, float] = (1.0, 1.0)
+    arm_damping_scale: tuple[float, float] = (1.0, 1.0)
+    # Control steps by which the observation lags the physics (camera/state pipeline): `obs_delay` ..
+    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_action` is never delayed.
+    obs_delay: int = 0
+    obs_delay_max: int = 0
+    # Metres, Gaussian, per step, on the observed object positions (cube, peg, hole): a tracker's error. The TCP comes
+    # from joint encoders and stays exact.
+    obs_noise: float = 0.0
     # Control steps between a commanded action and its execution: `action_latency` .. `action_latency_max`,
     # drawn per episode (a max below the min means "exactly action_latency"). The delayed thing is the absolute
     # TCP target made from the TCP the policy saw, as on a robot whose controller gets pose targets late.
@@ -97,8 +110,12 @@ class DomainRandomizer:
         self._cam_pos = model.cam_pos.copy()
         self._cam_quat = model.cam_quat.copy()
         self._rgba = model.geom_rgba.copy()
+        self._osc = np.flatnonzero(model.actuator_group == 1)  # the Cartesian impedance actuators (panda.xml)
+        self._gain = model.actuator_gainprm[:, 0].copy()
+        self._bias = model.actuator_biasprm[:, :3].copy()
         self._scratch: mujoco.MjData | None = None  # for mj_setConst after mass changes
         self.latency = cfg.action_latency  # this episode's action latency in control steps; set by apply()
+        self.obs_delay = cfg.obs_delay  # this episode's observation delay in control steps; set by apply()
 
     def apply(self, rng: np.random.Generator) -> None:
         cfg, m = self.cfg, self.model
@@ -135,9 +152,17 @@ class DomainRandomizer:
         if cfg.color_jitter > 0.0:
             noise = rng.uniform(-cfg.color_jitter, cfg.color_jitter, size=(len(self._geoms), 3))
             m.geom_rgba[self._geoms, :3] = np.clip(self._rgba[self._geoms, :3] + noise, 0.0, 1.0)
+        if _active(cfg.arm_stiffness_scale) or _active(cfg.arm_damping_scale):
+            kp, kv, a = rng.uniform(*cfg.arm_stiffness_scale), rng.uniform(*cfg.arm_damping_scale), self._osc
+            m.actuator_gainprm[a, 0] = self._gain[a] * kp
+            m.actuator_biasprm[a, 1] = self._bias[a, 1] * kp
+            m.actuator_biasprm[a, 2] = self._bias[a, 2] * kv
         self.latency = cfg.action_latency
         if cfg.action_latency_max > cfg.action_latency:
             self.latency = int(rng.integers(cfg.action_latency, cfg.action_latency_max + 1))
+        self.obs_delay = cfg.obs_delay
+        if cfg.obs_delay_max > cfg.obs_delay:
+            self.obs_delay = int(rng.integers(cfg.obs_delay, cfg.obs_delay_max + 1))
 
     def _resize_objects(self, scale: float, mass_changed: bool) -> None:
         """Scales the objects' geoms about their bodies, keeping each body's mass (inertia goes with size^2)."""
