@@ -1,7 +1,10 @@
 """Franka Panda manipulation envs (PickCube, PegInsert) with end-effector delta control.
 
-Control: the action moves a mocap target welded to the hand; one env step is a single
-`mj_step(model, data, nstep)` call so the Python cost per step stays far below the physics cost.
+Control: the action moves a target pose (a mocap body) relative to the measured TCP; the arm follows it through a
+Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
+sim/assets/panda.xml. One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
+(sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
+`safety_failure` (the end-effector force limit tripped; the episode ends) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
