@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import subprocess
@@ -31,10 +30,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from common import kept_ci, wilson
 
-from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
-
-os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)  # inherited by the node processes
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # inherited by the node processes (as tests/)
 HERE = Path(__file__).resolve().parent
 SEED = 2_000_000  # first episode seed, as `robot-rl eval` and `robot-rl deploy` use
 SHIFT = {"friction": 0.75, "mass": 1.25, "damping": 1.2, "latency_periods": 1, "camera_pos_m": 0.02,
@@ -51,25 +49,6 @@ def train(run_dir: Path, randomization: str, env_steps: int, threads: int, seed:
                f"loop.env_steps={env_steps}", "loop.checkpoint_every=0", f"threads={threads}")  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return run_dir / "checkpoints" / "final"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def kept_ci(nominal: list[bool], shifted: list[bool], n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """Bootstrap 95 % CI of shifted/nominal success, resampling the two sets of episodes independently."""
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(nominal, float), np.asarray(shifted, float)
-    num = b[rng.integers(0, len(b), (n_boot, len(b)))].mean(1)
-    den = a[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
-    ratio = num / np.maximum(den, 1e-9)
-    return (float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975)))
 
 
 def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:

@@ -7,9 +7,12 @@ tracker's job on a real cell), `std_msgs/Bool` success, `std_msgs/String` status
 (`sensor_msgs/Image`, rendered at `camera_hz`).
 
 How the arm is driven: through the env's own `step`, built at `control_hz = physics_hz` with a large `max_step`, so
-that each tick's action `(target - tcp) / max_step` puts the env's mocap target exactly on the commanded TCP
-target. Physics, gripper, success and domain randomisation (friction, mass, damping, camera pose via
-`RandomizationConfig`, re-sampled at every reset) are therefore the training env's, not a re-implementation.
+that each tick's action `(target - tcp) / max_step` puts the env's target exactly on the commanded TCP target, which
+the env's arm (`arm`: the Cartesian impedance controller by default, the training env's) then tracks. Physics,
+controller, gripper, success and domain randomisation (friction, mass, damping, camera pose via
+`RandomizationConfig`, re-sampled at every reset) are therefore the training env's, not a re-implementation. A
+push past the env's end-effector force limit holds the arm (status `hold: force limit ...`) until the next reset,
+as a Franka's reflex stops it.
 
 Robot-side safety, independent of the policy side: non-finite commands are ignored; no Cartesian command for
 `command_timeout_s` after the first one (policy process died, network down) or an e-stop freezes the target at the
@@ -66,6 +69,7 @@ class SimRobotConfig:
     lockstep: bool = False  # physics advances one control period per command received (see the module docstring)
     control_hz: float = 10.0  # lockstep: the policy's control rate, i.e. the simulated time one command advances
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    arm: str = "osc"  # the env's arm: osc (Cartesian impedance, force-limited) | mocap (sim/envs.py EnvConfig.arm)
 
 
 class SimRobot:
@@ -77,7 +81,7 @@ class SimRobot:
         self.env = make_env(
             EnvConfig(
                 task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP,
-                max_episode_steps=2**62, terminate_on_success=False, randomization=rand,
+                max_episode_steps=2**62, terminate_on_success=False, randomization=rand, arm=cfg.arm,
             ),
             seed=cfg.seed,
         )  # fmt: skip
@@ -251,7 +255,10 @@ class SimRobot:
         action = np.empty(4)
         action[:3] = np.clip((self._target - tcp) / _ENV_MAX_STEP, -1.0, 1.0)
         action[3] = 1.0 - 2.0 * self._gripper  # the env's finger target is FINGER_OPEN * (1 - a) / 2
-        self._success = bool(self.env.step(action)[4]["success"])
+        info = self.env.step(action)[4]
+        self._success = bool(info["success"])
+        if info["safety_failure"]:
+            self._hold(f"force limit: {self.env.unwrapped.contacts.step_ee_force:.0f} N on the end effector")
         self.ticks += 1
         self.sim_time += 1.0 / self.cfg.physics_hz
 
@@ -344,6 +351,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mass", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
     p.add_argument("--damping", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
     p.add_argument("--camera-jitter", type=float, nargs=2, default=(0.0, 0.0), metavar=("POS_M", "ROT_RAD"))
+    p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
     p.add_argument("overrides", nargs="*", help="robot config overrides, key=value")
@@ -360,7 +368,7 @@ def main(argv: list[str]) -> int:
         task=ns.task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
-        control_hz=ns.control_hz or robot.control_hz,
+        control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,
     )  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -28,6 +28,14 @@ class EvalResult:
     mean_length: float  # steps per episode
     mean_success_length: float  # cycle time of successful episodes, in steps (nan if none)
     episodes: int
+    # Contact honesty (MuJoCo tasks; nan where the env does not report them): the largest per-episode peak net
+    # force on the gripper and its median, the deepest object penetration, and the fraction of episodes ended by
+    # the force limit (sim/contacts.py, EnvConfig.ee_force_limit).
+    peak_ee_force_max: float = float("nan")  # N
+    peak_ee_force_median: float = float("nan")  # N
+    peak_contact_force_max: float = float("nan")  # N
+    max_penetration: float = float("nan")  # m
+    safety_failure_rate: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -39,6 +47,10 @@ class Rollout:
     episode_return: float
     length: int
     steps: dict[str, list] = dataclasses.field(default_factory=dict)  # per-step obs/action/reward when recorded
+    peak_ee_force: float = float("nan")  # N; nan where the env does not report it
+    peak_contact_force: float = float("nan")  # N
+    max_penetration: float = float("nan")  # m
+    safety_failure: bool = False
 
 
 def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Rollout:
@@ -59,7 +71,17 @@ def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Ro
         out.length += 1
         done = terminated or truncated
     out.success = bool(info["success"])
+    out.peak_ee_force = float(info.get("peak_ee_force", np.nan))
+    out.peak_contact_force = float(info.get("peak_contact_force", np.nan))
+    out.max_penetration = float(info.get("max_penetration", np.nan))
+    out.safety_failure = bool(info.get("safety_failure", False))
     return out
+
+
+def _stat(fn, x: list[float]) -> float:
+    """`fn` of the reported values; nan when the env reported none (other backends)."""
+    x = [v for v in x if not np.isnan(v)]
+    return float(fn(x)) if x else float("nan")
 
 
 def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
@@ -72,6 +94,11 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
         mean_length=float(np.mean([r.length for r in rollouts])),
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else float("nan"),
         episodes=len(rollouts),
+        peak_ee_force_max=_stat(np.max, [r.peak_ee_force for r in rollouts]),
+        peak_ee_force_median=_stat(np.median, [r.peak_ee_force for r in rollouts]),
+        peak_contact_force_max=_stat(np.max, [r.peak_contact_force for r in rollouts]),
+        max_penetration=_stat(np.max, [r.max_penetration for r in rollouts]),
+        safety_failure_rate=float(np.mean([r.safety_failure for r in rollouts])),
     )
 
 
@@ -183,10 +210,21 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
         "success_ci": res.success_ci,
         "mean_cycle_steps": res.mean_success_length,
         "cycle_time_s": res.mean_success_length / cfg.env.control_hz,
+        "peak_ee_force_max": res.peak_ee_force_max,
+        "max_penetration": res.max_penetration,
+        "safety_failure_rate": res.safety_failure_rate,
         "per_episode": [
-            {"episode": i, "success": r.success, "return": r.episode_return, "length": r.length}
+            {
+                "episode": i,
+                "success": r.success,
+                "return": r.episode_return,
+                "length": r.length,
+                "peak_ee_force": r.peak_ee_force,
+                "max_penetration": r.max_penetration,
+                "safety_failure": r.safety_failure,
+            }
             for i, r in enumerate(rollouts)
-        ],
+        ],  # fmt: skip
     }
     if video_dir is not None:
         Path(video_dir).mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,10 @@
 """Franka Panda manipulation envs (PickCube, PegInsert) with end-effector delta control.
 
-Control: the action moves a mocap target welded to the hand; one env step is a single
-`mj_step(model, data, nstep)` call so the Python cost per step stays far below the physics cost.
+Control: the action moves a target pose (a mocap body) relative to the measured TCP; the arm follows it through a
+Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
+sim/assets/panda.xml. One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
+(sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
+`safety_failure` (the end-effector force limit tripped; the episode ends) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
@@ -26,6 +29,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymConfig, GymEnv
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
@@ -33,13 +37,15 @@ from robot_rl.sim.rendering import CameraRenderer
 ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
 OBS_MODES = ("state", "pixels", "both")
+ARMS = ("osc", "mocap")
+_OSC_GROUP = 1  # actuator group of the Cartesian impedance actuators in panda.xml
 FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
-CUBE_HALF = 0.02
+# Task parameters. Every size and height they are measured against (object half-extents, table top, hole width)
+# is read from the model at reset, so a resized cube or a raised table keeps the checks right.
 LIFT_HEIGHT = 0.05  # PickCube success: cube raised this far above its resting height
-PEG_HALF_LEN = 0.05
 PEG_BELOW_TCP = 0.01  # peg centre sits this far below the TCP when held
-HOLE_HALF = 0.0115
 INSERT_DEPTH = 0.03  # PegInsert success depth below the hole top
+GRASP_SLACK = 0.006  # finger gap within the object's width +- this (and the TCP within the object) is a grasp
 ARM_DOFS = slice(0, 7)
 
 
@@ -54,7 +60,7 @@ class _TaskSpec:
     object_body: str
     object_xy: tuple[float, float]
     ee_start: tuple[float, float, float]
-    workspace_lo: tuple[float, float, float]
+    workspace_lo: tuple[float, float, float]  # z: above the table top
     workspace_hi: tuple[float, float, float]
     episode_steps: int
 
@@ -83,6 +89,13 @@ class EnvConfig:
     terminate_on_success: bool = True
     max_step: float = 0.025  # metres of target motion per step at |action| = 1
     max_yaw_step: float = 0.25  # radians per step at |action| = 1
+    # osc: the Panda's joints driven by a Cartesian impedance controller with force and torque limits (a real
+    # Franka); mocap: the hand welded to the target, there within ~10 ms whatever it pushes (sim/assets/panda.xml).
+    arm: str = "osc"
+    # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
+    # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
+    # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
+    ee_force_limit: float = 50.0
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
@@ -97,14 +110,20 @@ class PandaEnv(gym.Env):
             raise ValueError(f"unknown task {cfg.task!r}; expected one of {TASKS}")
         if cfg.obs not in OBS_MODES:
             raise ValueError(f"unknown obs mode {cfg.obs!r}; expected one of {OBS_MODES}")
+        if cfg.arm not in ARMS:
+            raise ValueError(f"unknown arm {cfg.arm!r}; expected one of {ARMS}")
         if cfg.reward not in ("sparse", "dense"):
             raise ValueError(f"unknown reward {cfg.reward!r}; expected 'sparse' or 'dense'")
         self.cfg = cfg
         self.task = cfg.task
         self._task_spec = spec = _TASKS[cfg.task]
         self.model = mujoco.MjModel.from_xml_path(str(ASSETS / spec.xml))
-        self.data = mujoco.MjData(self.model)
         m = self.model
+        if cfg.arm == "osc":
+            m.eq_active0[m.equality("ee_weld").id] = 0
+        else:
+            m.opt.disableactuator |= 1 << _OSC_GROUP
+        self.data = mujoco.MjData(m)
         steps = 1.0 / (cfg.control_hz * m.opt.timestep)
         self.n_substeps = max(1, round(steps))
         self.control_dt = self.n_substeps * m.opt.timestep
@@ -113,20 +132,27 @@ class PandaEnv(gym.Env):
         self._tcp_id = m.site("tcp").id
         self._mocap_id = m.body_mocapid[m.body("target").id]
         self._obj_body = m.body(spec.object_body).id
+        self._obj_geom = m.geom(spec.object_body).id
+        self._table = m.geom("table").id
         self._obj_qadr = m.jnt_qposadr[m.body_jntadr[self._obj_body]]
         self._finger_qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in ("finger_left", "finger_right")])
+        self._finger_act = np.array([m.actuator(n).id for n in ("finger_left", "finger_right")])
         self._peg = cfg.task == "PegInsert"
         if self._peg:
             self._peg_bottom_id = m.site("peg_bottom").id
             self._hole_top_id = m.site("hole_top").id
             self._block_mocap = m.body_mocapid[m.body("block").id]
+            wall = m.geom("wall_px").id  # the hole's half-width: inner face of a wall, in the block frame
+            self._hole_half = float(m.geom_pos[wall, 0] - m.geom_size[wall, 0])
         self._ws_lo = np.array(spec.workspace_lo)
         self._ws_hi = np.array(spec.workspace_hi)
         self._yaw_limit = np.pi / 2
         self._home_q = self._solve_ik(np.array(spec.ee_start), 0.0, m.qpos_spring[ARM_DOFS].copy())
         self._randomizer = DomainRandomizer(
-            cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS
+            cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS, "table"
         )
+        self._table_z = 0.0  # table top height and object half-extents of this episode, read at reset
+        self._obj_half = m.geom_size[self._obj_geom].copy()
 
         self.action_dim = 5 if cfg.yaw else 4
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
@@ -148,6 +174,8 @@ class PandaEnv(gym.Env):
         # Commands (TCP target, yaw, gripper) waiting out `randomization.action_latency` control steps.
         self._latency: deque[tuple[np.ndarray, float, float]] = deque()
         self._last_action = np.zeros(self.action_dim)
+        self._obs_queue: deque[dict[str, np.ndarray]] = deque()  # observations waiting out `obs_delay`
+        self.contacts = ContactMonitor(m, self.n_substeps)
 
     # ----------------------------------------------------------------------------------------- gym API
 
@@ -159,24 +187,30 @@ class PandaEnv(gym.Env):
         m, d, r = self.model, self.data, self.cfg.randomization
         mujoco.mj_resetData(m, d)
         self._randomizer.apply(rng)
+        self._table_z = float(m.geom_pos[self._table, 2])  # a plane in the world body: its z is the top
+        self._obj_half = m.geom_size[self._obj_geom].copy()
+        self._ws_lo[2] = self._table_z + self._task_spec.workspace_lo[2]
 
         start = np.array(self._task_spec.ee_start) + rng.uniform(-r.ee_start_jitter, r.ee_start_jitter, 3)
         d.qpos[ARM_DOFS] = self._solve_ik(start, 0.0, self._home_q)
         d.mocap_pos[self._mocap_id] = start
         d.mocap_quat[self._mocap_id] = down_quat(0.0)
-        obj_xy = np.array(self._task_spec.object_xy) + rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        offset = rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        while np.abs(offset).max() < r.object_xy_min:  # outside an inner box (transfer suite); resample
+            offset = rng.uniform(-1.0, 1.0, 2) * np.array(r.object_xy_range)
+        obj_xy = np.array(self._task_spec.object_xy) + offset
         q = self._obj_qadr
         if self._peg:
-            d.mocap_pos[self._block_mocap, :2] = obj_xy
-            d.qpos[self._finger_qadr] = 0.01  # exactly on the 2 cm peg
-            d.ctrl[:] = 0.0
+            d.mocap_pos[self._block_mocap] = (obj_xy[0], obj_xy[1], self._table_z)
+            d.qpos[self._finger_qadr] = self._obj_half[1]  # exactly on the peg
+            d.ctrl[self._finger_act] = 0.0
             d.qpos[q : q + 3] = start - np.array([0.0, 0.0, PEG_BELOW_TCP])
             d.qpos[q + 3 : q + 7] = (1.0, 0.0, 0.0, 0.0)
         else:
             d.qpos[self._finger_qadr] = FINGER_OPEN
-            d.ctrl[:] = FINGER_OPEN
+            d.ctrl[self._finger_act] = FINGER_OPEN
             yaw = rng.uniform(-r.object_yaw_range, r.object_yaw_range) if self.cfg.yaw else 0.0
-            d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], CUBE_HALF)
+            d.qpos[q : q + 3] = (obj_xy[0], obj_xy[1], self._table_z + self._obj_half[2])
             d.qpos[q + 3 : q + 7] = (np.cos(0.5 * yaw), 0.0, 0.0, np.sin(0.5 * yaw))
         mujoco.mj_forward(m, d)
         if self._peg:
@@ -188,8 +222,10 @@ class PandaEnv(gym.Env):
         self._latency = deque((start.copy(), 0.0, -1.0) for _ in range(self._randomizer.latency))  # hold, open
         self._last_action[:] = 0.0
         self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
+        self.contacts.reset()
         obs = self._observe()
-        return obs, {"success": self._success()}
+        self._obs_queue = deque(obs for _ in range(self._randomizer.obs_delay))
+        return obs, {"success": self._success(), "safety_failure": False, **self.contacts.peaks.as_info()}
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=np.float64)
@@ -221,17 +257,23 @@ class PandaEnv(gym.Env):
             d.mocap_quat[self._mocap_id] = down_quat(yaw)
         if not self._peg:
             # Proportional, not a switch: a critic gets no gradient through a step function.
-            # Any command > 0 closes past the 4 cm cube, so "> 0 grasps" still holds.
-            d.ctrl[:] = 0.5 * FINGER_OPEN * (1.0 - grip)
+            # Any command > 0 closes past a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube.
+            d.ctrl[self._finger_act] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
-        mujoco.mj_step(self.model, d, self.n_substeps)
+        m, mon = self.model, self.contacts
+        for k in range(self.n_substeps):
+            mujoco.mj_step(m, d)
+            mon.record(d, k)
+        mon.close_step(self.n_substeps)
         self._t += 1
 
-        success = self._success()
-        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" else 0.0)
-        terminated = success and self.cfg.terminate_on_success
+        unsafe = 0.0 < self.cfg.ee_force_limit < mon.step_ee_force
+        success = self._success() and not unsafe
+        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" and not unsafe else 0.0)
+        terminated = unsafe or (success and self.cfg.terminate_on_success)
         truncated = not terminated and self._t >= self.max_episode_steps
-        return self._observe(), reward, terminated, truncated, {"success": success}
+        info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}
+        return self._delayed(self._observe()), reward, terminated, truncated, info
 
     def close(self) -> None:
         if self._renderer is not None:
@@ -254,6 +296,9 @@ class PandaEnv(gym.Env):
             "object_yaw": self._object_yaw(),
             "grasped": self._grasped(),
             "success": self._success(),
+            "object_half": self._obj_half.copy(),  # box half-extents (m)
+            "table_z": self._table_z,
+            "lift_z": self._lift_z(),  # PickCube: the object centre height that counts as lifted
             "max_step": self.cfg.max_step,
             "max_yaw_step": self.cfg.max_yaw_step,
             "yaw_control": self.cfg.yaw,
@@ -285,6 +330,21 @@ class PandaEnv(gym.Env):
             i += n
         return layout
 
+    def _delayed(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The observation `obs_delay` steps old, with this step's `last_action` (the policy's own, never late)."""
+        if not self._obs_queue:
+            return obs
+        self._obs_queue.append(obs)
+        old = self._obs_queue.popleft()
+        if "last_action" in self.state_layout:
+            old = {**old, "state": old["state"].copy()}
+            old["state"][self.state_layout["last_action"]] = obs["state"][self.state_layout["last_action"]]
+        return old
+
+    def _noisy(self, pos: np.ndarray) -> np.ndarray:
+        sigma = self.cfg.randomization.obs_noise
+        return pos + self.np_random.normal(0.0, sigma, 3) if sigma > 0.0 else pos
+
     def _observe(self) -> dict[str, np.ndarray]:
         d = self.data
         tcp = d.site_xpos[self._tcp_id]
@@ -298,10 +358,10 @@ class PandaEnv(gym.Env):
             parts.append(self._last_action)
         if self.cfg.obs != "pixels":
             if self._peg:
-                pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
+                pb, ht = self._noisy(d.site_xpos[self._peg_bottom_id]), self._noisy(d.site_xpos[self._hole_top_id])
                 parts += [pb, ht, ht - pb]
             else:
-                cube = d.xpos[self._obj_body]
+                cube = self._noisy(d.xpos[self._obj_body])
                 parts += [cube, cube - tcp]
                 if self.cfg.yaw:
                     y4 = 4.0 * self._object_yaw()
@@ -316,27 +376,33 @@ class PandaEnv(gym.Env):
         return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
 
     def _grasped(self) -> bool:
-        """Geometric grasp test: cheaper than scanning contacts and good enough for rewards/experts."""
-        d = self.data
+        """Geometric grasp test against the object's actual extents: cheaper than scanning contacts and good
+        enough for rewards and experts."""
+        d, h = self.data, self._obj_half
         rel = d.xpos[self._obj_body] - d.site_xpos[self._tcp_id]
         gap = d.qpos[self._finger_qadr].sum()
-        if self._peg:
-            return bool(abs(rel[0]) < 0.015 and abs(rel[1]) < 0.015 and -0.045 < rel[2] < 0.02 and gap < 0.03)
+        width = 2.0 * min(h[0], h[1])  # the fingers close across a face (yaw control aligns them)
+        if self._peg:  # held somewhere along its length, fingers on it
+            near = abs(rel[0]) < h[0] + 0.005 and abs(rel[1]) < h[1] + 0.005
+            return bool(near and -(h[2] - 0.005) < rel[2] < 2 * h[0] and gap < width + 0.01)
         return bool(
             d.ctrl[0] < 0.5 * FINGER_OPEN
-            and 2 * CUBE_HALF - 0.006 < gap < 2 * CUBE_HALF + 0.006
-            and abs(rel[0]) < 0.02
-            and abs(rel[1]) < 0.02
-            and abs(rel[2]) < 0.03
+            and width - GRASP_SLACK < gap < width + GRASP_SLACK
+            and abs(rel[0]) < h[0]
+            and abs(rel[1]) < h[1]
+            and abs(rel[2]) < h[2] + 0.01
         )
+
+    def _lift_z(self) -> float:
+        return self._table_z + self._obj_half[2] + LIFT_HEIGHT
 
     def _success(self) -> bool:
         d = self.data
         if self._peg:
             pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
             lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
-            return bool(ht[2] - pb[2] >= INSERT_DEPTH and lateral < HOLE_HALF)
-        return bool(d.xpos[self._obj_body, 2] >= CUBE_HALF + LIFT_HEIGHT and self._grasped())
+            return bool(ht[2] - pb[2] >= INSERT_DEPTH and lateral < self._hole_half)
+        return bool(d.xpos[self._obj_body, 2] >= self._lift_z() and self._grasped())
 
     def _dense_reward(self) -> float:
         d = self.data
@@ -344,12 +410,12 @@ class PandaEnv(gym.Env):
             pb, ht = d.site_xpos[self._peg_bottom_id], d.site_xpos[self._hole_top_id]
             reach = 1.0 - np.tanh(10.0 * np.linalg.norm(ht - pb))
             lateral = max(abs(pb[0] - ht[0]), abs(pb[1] - ht[1]))
-            depth = np.clip((ht[2] - pb[2]) / INSERT_DEPTH, 0.0, 1.0) if lateral < HOLE_HALF else 0.0
+            depth = np.clip((ht[2] - pb[2]) / INSERT_DEPTH, 0.0, 1.0) if lateral < self._hole_half else 0.0
             return float(0.5 * (reach + depth))
         cube = d.xpos[self._obj_body]
         reach = 1.0 - np.tanh(10.0 * np.linalg.norm(cube - d.site_xpos[self._tcp_id]))
         grasped = float(self._grasped())
-        lift = grasped * np.clip((cube[2] - CUBE_HALF) / LIFT_HEIGHT, 0.0, 1.0)
+        lift = grasped * np.clip((cube[2] - self._table_z - self._obj_half[2]) / LIFT_HEIGHT, 0.0, 1.0)
         return float((reach + grasped + lift) / 3.0)
 
     def _solve_ik(self, pos: np.ndarray, yaw: float, q0: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.sim.envs import CUBE_HALF, INSERT_DEPTH, LIFT_HEIGHT
+from robot_rl.sim.envs import FINGER_OPEN, INSERT_DEPTH
 
 GRIP_CLOSE, GRIP_OPEN = 1.0, -1.0
 
@@ -57,13 +57,13 @@ class ScriptedExpert:
 
     @staticmethod
     def _pick_cube(s: dict[str, Any]) -> tuple[np.ndarray, float]:
+        """Needs `object_half` (the cube's half-extents) and `lift_z` (the centre height that counts as lifted)."""
         tcp, cube = s["tcp"], s["object_pos"]
         dxy = float(np.linalg.norm(cube[:2] - tcp[:2]))
         height = tcp[2] - cube[2]
         if s["grasped"]:
-            lift_to = CUBE_HALF + LIFT_HEIGHT + 0.03
-            return np.array([tcp[0], tcp[1], lift_to]), GRIP_CLOSE
-        if s["gripper_closed_cmd"] and s["gripper_gap"] < 2 * CUBE_HALF - 0.01:
+            return np.array([tcp[0], tcp[1], s["lift_z"] + 0.03]), GRIP_CLOSE
+        if s["gripper_closed_cmd"] and s["gripper_gap"] < 2 * min(s["object_half"][:2]) - 0.01:
             # Closed on nothing: open and back off upwards before trying again.
             return np.array([tcp[0], tcp[1], cube[2] + 0.05]), GRIP_OPEN
         if dxy < 0.008 and height < 0.006:
@@ -71,7 +71,7 @@ class ScriptedExpert:
         if height < 0.03 and dxy > 0.02:
             # Low and off to the side: rise first so the fingers do not sweep the cube away.
             return np.array([tcp[0], tcp[1], cube[2] + 0.05]), GRIP_OPEN
-        if s["gripper_gap"] < 0.07 and height < 0.05:
+        if s["gripper_gap"] < 2 * FINGER_OPEN - 0.01 and height < 0.05:
             # Fingers not open yet: wait above the cube while they open.
             return np.array([cube[0], cube[1], max(tcp[2], cube[2] + 0.04)]), GRIP_OPEN
         clearance = float(np.clip(2.0 * (dxy - 0.005), 0.0, 0.05))
@@ -101,9 +101,10 @@ def goal_distance(s: dict[str, Any]) -> float:
     if "peg_bottom" in s:
         rel = s["hole_top"] - s["peg_bottom"]
         return float(np.linalg.norm(rel[:2]) + abs(-rel[2] + INSERT_DEPTH) + (0.0 if s["grasped"] else 0.1))
+    lift = s["lift_z"] - s["table_z"] - s["object_half"][2]
     if s["grasped"]:
-        return float(max(0.0, CUBE_HALF + LIFT_HEIGHT - s["object_pos"][2]))
-    return float(np.linalg.norm(s["object_pos"] - s["tcp"]) + LIFT_HEIGHT)
+        return float(max(0.0, s["lift_z"] - s["object_pos"][2]))
+    return float(np.linalg.norm(s["object_pos"] - s["tcp"]) + lift)
 
 
 @dataclass

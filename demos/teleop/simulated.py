@@ -13,8 +13,10 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand
-from robot_rl.sim.envs import CUBE_HALF
+from robot_rl.sim.envs import LIFT_HEIGHT
 from robot_rl.sim.experts import GRIP_CLOSE, ScriptedExpert
+
+CUBE_HALF = 0.02  # sim/assets/pick_cube.xml's cube on a table at z = 0: what this operator assumes of the cell
 
 
 class SimulatedOperator:
@@ -41,7 +43,8 @@ class SimulatedOperator:
         closed = self._grip > 0
         near = np.linalg.norm(cube - tcp) < 0.02
         grasped = closed and near and 2 * CUBE_HALF - 0.01 <= gap <= 2 * CUBE_HALF + 0.01
-        state = {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap}
+        state = {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap,
+                 "object_half": np.full(3, CUBE_HALF), "lift_z": CUBE_HALF + LIFT_HEIGHT}  # fmt: skip
         goal, grip = ScriptedExpert._pick_cube(state)
         self._grip = float(grip)
         twist = np.zeros(6, np.float32)

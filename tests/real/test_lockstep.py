@@ -18,7 +18,9 @@ def test_lockstep_robot_env_runs_faster_than_real_time_and_each_step_answers_its
     ref = make_env(EnvConfig())
     layout = ref.unwrapped.state_layout
     ref.close()
-    sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front")
+    # The weld arm: it covers each commanded step within the step, so a lagging observation is unambiguous (the
+    # impedance arm covers about half of a step's command in that step and coasts into the next).
+    sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front", "--arm", "mocap")
     try:
         robot = load_robot_config("sim", [f"domain_id={domain}", "lockstep=true", "reset_timeout_s=20"])
         env = RobotEnv(robot, layout, cameras=("front",))

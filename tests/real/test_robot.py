@@ -86,7 +86,7 @@ def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, co
     x0 = obs["state"][0]
     for _ in range(4):
         obs, _, _, _, info = env.step(np.array([1.0, 0.0, 0.0, -1.0]))
-    assert obs["state"][0] - x0 > 0.05  # 4 steps of up to 2.5 cm
+    assert obs["state"][0] - x0 > 0.02  # 4 steps of up to 2.5 cm; the impedance arm lags (~60 % of the weld's)
     assert obs["state"][4:7].max() > 0.1  # tcp_vel sees the motion
     assert info["latency_s"] < 0.05 and not info["hold"]
     env.close()
@@ -250,4 +250,4 @@ def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cf
         ep, meta = store.episode(0), store.meta(0)
     assert meta["source"] == "intervention" and not meta["success"] and ep["intervened"].all()
     np.testing.assert_allclose(ep["action"][:, 2], 1.0)  # the human's command, not the policy's, was executed
-    assert ep["state"][-1, 2] > ep["state"][0, 2] + 0.05  # and it lifted the arm
+    assert ep["state"][-1, 2] > ep["state"][0, 2] + 0.03  # and it lifted the arm (the impedance arm lags)

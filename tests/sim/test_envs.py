@@ -131,15 +131,17 @@ def test_actions_are_clipped() -> None:
     assert np.array_equal(results[0], results[1])
 
 
-def test_action_moves_about_max_step() -> None:
-    cfg = EnvConfig()
+@pytest.mark.parametrize(("arm", "lo", "hi"), [("mocap", 0.93, 1.07), ("osc", 0.5, 0.8)])
+def test_action_moves_about_max_step(arm: str, lo: float, hi: float) -> None:
+    """The weld covers max_step per step; the impedance arm lags its target (from rest: ~60 % over 3 steps)."""
+    cfg = EnvConfig(arm=arm)
     env = make_env(cfg, seed=0)
     env.reset(seed=0)
     start = env.unwrapped.sim_state()["tcp"]
     for _ in range(3):
         env.step(np.array([1.0, 0.0, 0.0, -1.0]))
     moved = env.unwrapped.sim_state()["tcp"] - start
-    assert abs(moved[0] - 3 * cfg.max_step) < 0.005
+    assert lo * 3 * cfg.max_step < moved[0] < hi * 3 * cfg.max_step
     assert np.abs(moved[1:]).max() < 0.003
 
 

@@ -101,7 +101,7 @@ def test_human_hands_back_after_takeover_steps() -> None:
         flags.append(acted)
         env.step(action)
     runs, n = [], 0
-    for f in flags + [False]:
+    for f in flags:  # complete takeovers only: the 20 steps may end in the middle of one
         if f:
             n += 1
         elif n:

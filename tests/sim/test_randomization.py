@@ -59,7 +59,7 @@ def test_scripted_expert_succeeds_under_latency_and_the_shift() -> None:
     # A late delta used to make the expert's full-gain steps oscillate: 45 % success at one step of latency.
     rand = RandomizationConfig(friction_scale=(0.75, 0.75), mass_scale=(1.25, 1.25), damping_scale=(1.2, 1.2),
                                action_latency=1)  # fmt: skip
-    ok, _, unstable = expert_episodes(rand, 20)
+    ok, _, unstable = expert_episodes(rand, 20)  # under the default force limit too
     assert ok >= 19 and unstable == 0
 
 
@@ -100,3 +100,35 @@ def test_last_action_is_observed_only_when_asked() -> None:
     assert obs["state"][sl].tolist() == [0.0, 0.0, 0.0, -1.0]
     obs = env.step(np.array([0.5, 2.0, -0.25, 1.0]))[0]
     assert obs["state"][sl].tolist() == [0.5, 1.0, -0.25, 1.0]  # clipped, as executed
+
+
+def test_observation_delay_returns_the_state_of_earlier_steps_with_a_fresh_last_action() -> None:
+    rand = RandomizationConfig(obs_delay=2, observe_last_action=True)
+    env = make_env(EnvConfig(randomization=rand), seed=0)
+    u, layout = env.unwrapped, env.unwrapped.state_layout
+    obs0, _ = env.reset(seed=0)
+    seen, true = [], []
+    for t in range(4):
+        a = np.array([1.0, 0.0, 0.0, -1.0 + 0.1 * t])
+        obs, *_ = env.step(a)
+        seen.append(obs["state"][layout["tcp_pos"]].copy())
+        true.append(u.sim_state()["tcp"].astype(np.float32))
+        assert np.allclose(obs["state"][layout["last_action"]], a)
+    assert np.allclose(seen[0], obs0["state"][layout["tcp_pos"]]) and np.allclose(seen[1], seen[0])
+    assert np.allclose(seen[2], true[0]) and np.allclose(seen[3], true[1])
+
+
+def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
+    rand = RandomizationConfig(obs_noise=0.003, arm_stiffness_scale=(0.5, 0.5), object_xy_range=(0.13, 0.13),
+                               object_xy_min=0.1)  # fmt: skip
+    env = make_env(EnvConfig(randomization=rand), seed=0)
+    u = env.unwrapped
+    kp = u.model.actuator("tcp_x").gainprm[0]
+    errors = []
+    for ep in range(10):
+        obs, _ = env.reset(seed=ep)
+        cube = u.sim_state()["object_pos"]
+        assert np.abs(cube[:2] - (0.5, 0.0)).max() >= 0.1
+        errors.append(obs["state"][u.state_layout["cube_pos"]] - cube)
+    assert 0.001 < np.std(errors) < 0.005
+    assert kp == 1000.0 and u.model.actuator("tcp_x").biasprm[1] == -1000.0

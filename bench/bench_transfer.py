@@ -1,0 +1,190 @@
+"""Held-out transfer suite (issue #15): each shift family at a value *outside* what `randomization=robust` samples.
+
+For every task, preset (`none`, `robust`) and training seed, the final checkpoint is evaluated in-process on the
+nominal env and on each shift (`SHIFTS`, RandomizationConfig fields pinned to one value; the checkpoint's own
+training randomisation is dropped, only its observation layout kept). The privileged scripted expert runs the same
+cells as a control row: where it succeeds, the shift is solvable. Every cell reports success with a Wilson 95 % CI,
+"kept" (shifted / nominal success of the same checkpoint, bootstrap 95 % CI), the per-episode peak end-effector
+force (max and median), the deepest object penetration and the share of episodes ended by the force limit.
+
+Run: `.venv/bin/python bench/bench_transfer.py [--quick] [--episodes 40] [--run TASK/PRESET/SEED=RUN_DIR ...]`
+(`--run` takes finished run dirs instead of training them); also `bench/run.py --only transfer [--quick]`. Writes
+`bench/results/transfer.json` and `.md`. The full suite (2 tasks x 2 presets x 2 seeds, 40 episodes x 11 cells)
+trains 8 runs, PegInsert ones for up to 15 min each: hours on a 2-core box. `--quick` runs PickCube only, 10 episodes
+per cell, one seed per preset: a smoke run, not numbers to quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from common import kept_ci, wilson
+
+HERE = Path(__file__).resolve().parent
+SEED = 2_000_000  # first episode seed, as `robot-rl eval` and `robot-rl deploy` use
+TASK_CONFIG = {"PickCube": "pick_cube", "PegInsert": "peg_insert"}
+# Each value outside configs/randomization/robust.yaml's range (noted after it).
+SHIFTS: dict[str, dict] = {
+    "latency 2 steps": {"action_latency": 2},  # DR 0..1
+    "obs delay 2 steps": {"obs_delay": 2},  # DR 0..1
+    "table +2.5 cm": {"table_height": (0.025, 0.025)},  # DR +-1 cm
+    "object x1.25": {"object_size_scale": (1.25, 1.25)},  # DR 0.9..1.1 (PegInsert: x0.8, a 1.25x peg misses the hole)
+    "friction x0.5": {"friction_scale": (0.5, 0.5)},  # DR 0.7..1.3
+    "mass x2": {"mass_scale": (2.0, 2.0)},  # DR 0.7..1.3
+    "arm stiffness x0.5": {"arm_stiffness_scale": (0.5, 0.5)},  # DR 0.75..1.25
+    "starts 10-13 cm out": {"object_xy_range": (0.13, 0.13), "object_xy_min": 0.1},  # DR +-10 cm
+    "tracker noise 5 mm": {"obs_noise": 0.005},  # DR 2 mm
+    "combined": {
+        "friction_scale": (0.6, 0.6),
+        "mass_scale": (1.5, 1.5),
+        "action_latency": 1,
+        "obs_noise": 0.003,
+        "table_height": (0.015, 0.015),
+    },  # fmt: skip
+}
+TASK_OVERRIDES = {"PegInsert": {"object x1.25": ("object x0.8", {"object_size_scale": (0.8, 0.8)})}}
+
+
+def shifts(task: str) -> dict[str, dict]:
+    out = {"nominal": {}}
+    for name, fields in SHIFTS.items():
+        name, fields = TASK_OVERRIDES.get(task, {}).get(name, (name, fields))
+        out[name] = fields
+    return out
+
+
+def train(run_dir: Path, task: str, preset: str, seed: int, threads: int) -> Path:
+    """The main job for `task` with one randomisation preset; returns the run dir."""
+    cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"task={TASK_CONFIG[task]}", f"run_dir={run_dir}",
+           f"randomization={preset}", f"seed={seed}", "loop.checkpoint_every=0", f"threads={threads}"]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return run_dir
+
+
+class ExpertPolicy:
+    """The privileged scripted expert behind the policy interface `rollout` drives (the control row)."""
+
+    def __init__(self, env) -> None:
+        from robot_rl.sim import ScriptedExpert
+
+        self.env, self.expert = env, ScriptedExpert()
+
+    def select_action(self, obs, deterministic: bool = False) -> np.ndarray:
+        return self.expert.act(self.env)
+
+    def reset(self) -> None:
+        self.expert.reset()
+
+
+def cell(env_cfg, policy_for, episodes: int) -> dict:
+    """Rollouts of one (policy, shift) cell; `policy_for(env)` builds the policy for the env."""
+    from robot_rl.evaluation import rollout, summarize
+    from robot_rl.sim.envs import make_env
+
+    env = make_env(env_cfg)
+    try:
+        policy = policy_for(env)
+        rolls = [rollout(env, policy, SEED + ep) for ep in range(episodes)]
+    finally:
+        env.close()
+    res = summarize(rolls)
+    k = sum(r.success for r in rolls)
+    lo, hi = wilson(k, episodes)
+    return {"successes": [r.success for r in rolls], "success": k / episodes, "ci_lo": lo, "ci_hi": hi,
+            "peak_ee_force_max": res.peak_ee_force_max, "peak_ee_force_median": res.peak_ee_force_median,
+            "max_penetration_mm": 1000 * res.max_penetration, "safety_failures": res.safety_failure_rate}  # fmt: skip
+
+
+def measure(task: str, name: str, run_dir: Path | None, episodes: int) -> list[dict]:
+    """All cells of one checkpoint (run_dir) or, with run_dir None, of the expert."""
+    from robot_rl.checkpoint import load_policy
+    from robot_rl.sim.envs import EnvConfig
+    from robot_rl.sim.randomization import RandomizationConfig
+
+    if run_dir is None:
+        base, policy_for = EnvConfig(task=task), ExpertPolicy
+    else:
+        policy, cfg = load_policy(run_dir / "checkpoints" / "final")
+        base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
+    observe_last = base.randomization.observe_last_action  # the observation layout carries over, nothing else
+    rows, nominal = [], None
+    for shift, fields in shifts(task).items():
+        rand = RandomizationConfig(observe_last_action=observe_last, **fields)
+        got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes)
+        if nominal is None:
+            nominal = got["successes"]
+        kept = np.mean(got["successes"]) / max(np.mean(nominal), 1e-9)
+        klo, khi = kept_ci(nominal, got["successes"])
+        rows.append({"bench": f"{task} {name} {shift}", "task": task, "policy": name, "shift": shift,
+                     "episodes": episodes, **{k: v for k, v in got.items() if k != "successes"},
+                     "kept": float(kept), "kept_ci_lo": klo, "kept_ci_hi": khi})  # fmt: skip
+        r = rows[-1]
+        print(f"  {r['bench']}: {r['success']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] kept {kept:.2f} "
+              f"EE max {r['peak_ee_force_max']:.0f} N pen {r['max_penetration_mm']:.2f} mm", file=sys.stderr,
+              flush=True)  # fmt: skip
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    out = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        policies = list(dict.fromkeys(r["policy"] for r in rows if r["task"] == task))
+        cells = {(r["policy"], r["shift"]): r for r in rows if r["task"] == task}
+        out += [f"### {task}", "", "success [95 % CI] / kept; EE force max (N), penetration max (mm), safety stops", "",
+                "| shift | " + " | ".join(policies) + " |", "|---" * (len(policies) + 1) + "|"]  # fmt: skip
+        for shift in dict.fromkeys(s for _, s in cells):
+            line = [shift]
+            for p in policies:
+                r = cells.get((p, shift))
+                line.append("" if r is None else f"{r['success']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] / "
+                            f"{r['kept']:.2f}; {r['peak_ee_force_max']:.0f} N, {r['max_penetration_mm']:.2f} mm, "
+                            f"{r['safety_failures']:.2f}")  # fmt: skip
+            out.append("| " + " | ".join(line) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = None, threads: int = 0,
+         out: Path | None = None) -> list[dict]:  # fmt: skip
+    """`runs` maps "TASK/PRESET/SEED" to finished run dirs; the missing ones of the plan are trained."""
+    episodes = episodes or (10 if quick else 40)
+    tasks = ("PickCube",) if quick else ("PickCube", "PegInsert")
+    seeds = (0,) if quick else (0, 1)
+    runs = dict(runs or {})
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="transfer_") as tmp:
+        for task in tasks:
+            rows += measure(task, "expert", None, episodes)
+            for preset in ("none", "robust"):
+                for seed in seeds:
+                    key = f"{task}/{preset}/{seed}"
+                    if key not in runs:
+                        runs[key] = train(Path(tmp) / key.replace("/", "_"), task, preset, seed, threads)
+                    rows += measure(task, f"{preset} s{seed}", runs[key], episodes)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {"shifts": SHIFTS, "runs": {k: str(v) for k, v in runs.items()}, "episodes": episodes, "rows": rows}
+        (out / "transfer.json").write_text(json.dumps(doc, indent=1))
+        (out / "transfer.md").write_text(to_markdown(rows) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--episodes", type=int, default=0, help="per cell (default 40, --quick 10)")
+    p.add_argument("--run", action="append", default=[], metavar="TASK/PRESET/SEED=RUN_DIR",
+                   help="a finished run dir to measure instead of training it")  # fmt: skip
+    p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
+    p.add_argument("--out", type=Path, default=HERE / "results")
+    a = p.parse_args()
+    given = dict(r.split("=", 1) for r in a.run)
+    result = main(a.quick, a.episodes, {k: Path(v) for k, v in given.items()}, a.threads, a.out)
+    print(to_markdown(result))
