@@ -275,6 +275,7 @@ def cmd_eval(args: list[str]) -> int:
 # Subcommands that are their own module's argparse CLI, imported only when run.
 TOOLS = {
     "collect": "robot_rl.demos.collect",
+    "classifier": "robot_rl.loop.classifier",
     "dataset": "robot_rl.demos.dataset",
     "replay": "robot_rl.demos.replay",
     "plot": "robot_rl.demos.report",
@@ -309,6 +310,7 @@ USAGE = (
     "  eval RUN_DIR|CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
     "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
     "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
+    "  classifier train STORE OUT | eval CLF STORE   success classifier from frames a person labelled\n"
     "  dataset info|validate|merge|split|filter   episode store tools\n"
     "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
     "  plot episode|training|report   PNG plots and the HTML dataset report\n"

@@ -105,21 +105,24 @@ def success_probs(clf: RewardClassifier, obs: dict[str, np.ndarray], batch: int 
     return np.concatenate(out) if out else np.zeros(0, np.float32)
 
 
-def rates_at(probs: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, float]:
-    """Precision, recall, false-positive rate and accuracy of "success iff prob > threshold"."""
+def rates_at(probs: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, float | None]:
+    """Precision, recall, false-positive rate and accuracy of "success iff prob > threshold" (None: undefined,
+    e.g. precision when nothing was called a success)."""
     pred, truth = probs > threshold, labels > 0.5
     tp, fp = int((pred & truth).sum()), int((pred & ~truth).sum())
     return {
-        "accuracy": float((pred == truth).mean()) if len(truth) else float("nan"),
-        "precision": tp / (tp + fp) if tp + fp else float("nan"),
-        "recall": float(pred[truth].mean()) if truth.any() else float("nan"),
-        "false_positive_rate": float(pred[~truth].mean()) if (~truth).any() else float("nan"),
+        "accuracy": float((pred == truth).mean()) if len(truth) else None,
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "recall": float(pred[truth].mean()) if truth.any() else None,
+        "false_positive_rate": float(pred[~truth].mean()) if (~truth).any() else None,
         "positives": int(truth.sum()),
         "negatives": int((~truth).sum()),
     }
 
 
-def classifier_metrics(clf: RewardClassifier, data: ClassifierData, threshold: float | None = None) -> dict[str, float]:
+def classifier_metrics(
+    clf: RewardClassifier, data: ClassifierData, threshold: float | None = None
+) -> dict[str, float | None]:
     """`rates_at` the classifier's own threshold (or `threshold`)."""
     thr = float(clf.threshold) if threshold is None else threshold
     return rates_at(success_probs(clf, data.obs), data.labels, thr)
