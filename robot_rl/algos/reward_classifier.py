@@ -9,8 +9,9 @@ PC loads the classifier it was given without knowing how it was trained.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.nets import MLP, ObsEncoder
 from robot_rl.policies.base import batch_obs
+from robot_rl.types import Transition
 
 
 class RewardClassifier(nn.Module):
@@ -161,6 +163,16 @@ def load_classifier(path: str | Path) -> tuple[RewardClassifier, dict[str, Any]]
     clf = RewardClassifier(state_dim, meta["cameras"], meta["image_size"])
     clf.load_state_dict(load_file(str(path)))
     return clf.eval(), meta
+
+
+def classifier_rewards(episode: Iterable[Transition], clf: RewardClassifier) -> Iterator[Transition]:
+    """A stored episode rewarded as `ClassifierReward` would have: 1 and the end at the first transition whose next
+    observation the classifier calls a success, 0 before (a robot run's demos carry no reward it may use)."""
+    for t in episode:
+        hit = clf.success_prob(t.next_obs) > float(clf.threshold)
+        yield dataclasses.replace(t, reward=float(hit), terminated=hit, truncated=t.truncated and not hit)
+        if hit:
+            return
 
 
 class ClassifierReward(gym.Wrapper):

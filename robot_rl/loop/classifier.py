@@ -38,6 +38,7 @@ from robot_rl.errors import UserError
 def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
     """(indices into a stored `state`, the layout they make) for the proprio fields, in `proprio_layout` order."""
     from robot_rl.real.robot import PROPRIO_FIELDS
+
     idx, layout, start = [], {}, 0
     for name in PROPRIO_FIELDS:
         if name in stored:
@@ -117,7 +118,7 @@ def train_classifier(
     try:
         train_reward_classifier(clf, train, steps, seed=seed)
     except ValueError as e:
-        raise UserError(f"{store}: the training episodes {tr}: {e} (label some successes, and some frames that are not)")
+        raise UserError(f"{store}: training episodes {tr}: {e} (label successes, and frames that are not)") from None
     val_probs = success_probs(clf, val.obs)
     threshold = pick_threshold(val_probs, val.labels, max_fpr)
     clf.threshold.fill_(threshold)

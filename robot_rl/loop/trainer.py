@@ -30,7 +30,10 @@ from robot_rl.algos.reward_classifier import (
     ClassifierReward,
     RewardClassifier,
     classifier_metrics,
+    classifier_rewards,
+    load_classifier,
     record_classifier_data,
+    save_classifier,
     train_reward_classifier,
 )
 from robot_rl.algos.sac import SAC
@@ -44,9 +47,10 @@ from robot_rl.errors import UserError
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.hardware import fastest_threads
 from robot_rl.loop.actor import Actor, EpisodeStats
+from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
-from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
+from robot_rl.sim.experts import ScriptedExpert
 from robot_rl.types import Transition
 
 
@@ -99,12 +103,16 @@ def check_robot_run(cfg: TrainConfig) -> None:
     where = f"robot={cfg.robot.name}"
     if cfg.algo != "sac":
         raise UserError(f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})")
-    if cfg.intervention.enabled:
+    if cfg.intervention.enabled and not cfg.intervention.device:
         raise UserError(f"{where}: the simulated human needs the simulator's object state; set "
-                        "intervention.enabled=false (interventions from a device are not wired yet)")  # fmt: skip
-    if cfg.reward.source != "env":
-        raise UserError(f"{where}: reward.source={cfg.reward.source}: on a robot the reward is its success topic "
-                        "(reward.source=env); a frame classifier on a robot is not wired yet")  # fmt: skip
+                        "intervention.device=spacemouse|gamepad|keyboard|simulated (a person, or the simulated "
+                        "operator on the sim robot), or intervention.enabled=false")  # fmt: skip
+    if cfg.reward.source not in ("env", "classifier"):
+        raise UserError(f"{where}: reward.source={cfg.reward.source}: expected env (the success topic) or classifier")
+    if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
+        raise UserError(f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator "
+                        "labels frames; label them in `robot-rl collect --label-frames N` and train one with "
+                        "`robot-rl classifier train`")  # fmt: skip
     try:
         envs.robot_cameras(cfg.env)
     except ValueError as e:
@@ -214,6 +222,27 @@ def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
     return store
 
 
+def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]],
+                     layout: tuple[int, tuple[str, ...], int]) -> RewardClassifier:  # fmt: skip
+    """A robot run's classifier (`robot-rl classifier train`): it must read what the run observes; a copy goes into
+    the run dir, which actor nodes and resumes load."""
+    path = cfg.reward.classifier_path
+    try:
+        clf, meta = load_classifier(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"reward.classifier_path={path}: {e}") from None
+    _, cameras, image_size = layout
+    reads = (meta["state_layout"], list(meta["cameras"]), meta["image_size"] if meta["cameras"] else 0)
+    if reads != (state_layout, list(cameras), image_size):
+        raise UserError(f"reward.classifier_path={path} reads state {meta['state_layout']}, cameras "
+                        f"{meta['cameras']} at {meta['image_size']} px; this run observes {state_layout}, "
+                        f"cameras {list(cameras)} at {image_size} px")  # fmt: skip
+    if cfg.reward.threshold is not None:
+        clf.threshold.fill_(cfg.reward.threshold)
+    save_classifier(clf, run_dir / "reward_classifier.safetensors", meta)
+    return clf
+
+
 def make_reward_classifier(
     cfg: TrainConfig, run_dir: Path, layout: tuple[int, tuple[str, ...], int]
 ) -> RewardClassifier:
@@ -224,27 +253,40 @@ def make_reward_classifier(
     path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
     if path:
         clf.load_state_dict(load_file(path))
+        if cfg.reward.threshold is not None:
+            clf.threshold.fill_(cfg.reward.threshold)
         return clf.eval()
     holding = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed + 7)
     expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed + 7)
     data = record_classifier_data(holding, expert.act, episodes=max(cfg.demos.n_episodes, 10), seed=50_000)
     train_set, val_set = data.split(0.2, cfg.seed)
     train_reward_classifier(clf, train_set, cfg.reward.classifier_steps, seed=cfg.seed)
-    metrics = classifier_metrics(clf, val_set, cfg.reward.threshold)
+    clf.threshold.fill_(0.5 if cfg.reward.threshold is None else cfg.reward.threshold)
+    metrics = classifier_metrics(clf, val_set)
     print(f"reward classifier on held-out frames: {metrics}")
     save_file({k: v.contiguous() for k, v in clf.state_dict().items()}, str(saved))
     return clf
 
 
 def make_train_env(
-    cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None, node_name: str = "robot_rl_actor"
+    cfg: TrainConfig,
+    seed: int,
+    clf: RewardClassifier | None = None,
+    node_name: str = "robot_rl_actor",
+    arm: gym.Env | None = None,
 ) -> gym.Env:
     """The env actors step: with a classifier, success no longer ends episodes; only its verdict does. Residual
     and DSRL agents act through their adapter around it. With `cfg.robot`, the arm behind that robot's topics
-    (`robot_rl.envs`): its reward is its success topic."""
+    (`robot_rl.envs`, or `arm` when the caller already holds it): its reward is its success topic, or with
+    reward.source=classifier the classifier alone (the success topic is then for evaluation only)."""
     if cfg.robot is not None:
         check_robot_run(cfg)
-        return agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
+        env = arm or agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
+        if cfg.reward.source == "classifier":
+            if clf is None:
+                raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path)")
+            env = ClassifierReward(env, clf, cfg.reward.threshold)
+        return env
     if cfg.reward.source == "env":
         return agent_env(cfg, make_env(cfg.env, seed=seed))
     if cfg.reward.source != "classifier":
@@ -269,10 +311,6 @@ def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
     return np.stack(states)
 
 
-def make_human(cfg: TrainConfig, seed: int) -> SimulatedHuman | None:
-    return SimulatedHuman(cfg.intervention, seed=seed) if cfg.intervention.enabled else None
-
-
 class TrainingRun:
     """Everything the learner side of a run owns: run dir, demos, buffers, SAC, evaluation, checkpoints, logs.
 
@@ -295,9 +333,13 @@ class TrainingRun:
         self.eval_env = env or agent_env(cfg, envs.make_env(cfg.env, cfg.seed + 1, cfg.robot, "robot_rl_eval"))
         self.state_layout = envs.state_layout(self.eval_env)
         layout = obs_layout(self.eval_env)
-        self.classifier = (
-            make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
-        )
+        self.classifier = None
+        if cfg.reward.source == "classifier":
+            self.classifier = (
+                robot_classifier(cfg, self.run_dir, self.state_layout, layout)
+                if cfg.robot is not None
+                else make_reward_classifier(cfg, self.run_dir, layout)
+            )
         state_dim, cameras, image_size = layout
         demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
@@ -312,6 +354,8 @@ class TrainingRun:
                 where = f"demos.path={cfg.demos.path}"
                 if (idx := state_fields(self.store.meta(i).get("state_layout"), self.state_layout, where)) is not None:
                     episode = (pick_state(t, idx) for t in episode)
+                if cfg.robot is not None and self.classifier is not None:  # no stored sim reward on a robot run
+                    episode = classifier_rewards(episode, self.classifier)
                 if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:
@@ -344,6 +388,7 @@ class TrainingRun:
         self.writer = SummaryWriter(str(self.run_dir / "tb"))
         self.eval_log = EvalLog(self.run_dir, self.state.updates if ckpt is not None else None)
         self.last_eval = float("nan")
+        self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
@@ -368,12 +413,13 @@ class TrainingRun:
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
         save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
 
-    def evaluate(self, episodes: int) -> EvalResult:
+    def evaluate(self, episodes: int, **extra: float) -> EvalResult:
+        """`extra`: more entries for the evaluation log (the actor's intervention rate since the last one)."""
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
-                           **res.as_dict()})  # fmt: skip
+                           **res.as_dict(), **extra})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
@@ -392,7 +438,10 @@ class TrainingRun:
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if loop.eval_every and step % loop.eval_every == 0:
-            self.last_eval = self.evaluate(loop.eval_episodes).success_rate
+            steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
+            self._counts = (stats.steps, stats.intervened_steps)
+            rate = intervened / steps if steps else 0.0
+            self.last_eval = self.evaluate(loop.eval_episodes, intervention_rate=rate).success_rate
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
@@ -429,8 +478,9 @@ class TrainingRun:
             "demo_episodes": len(self.store) if self.store is not None else 0,
             "robot": cfg.robot.name if cfg.robot is not None else None,
             "env": type(self.eval_env.unwrapped).__name__,  # what evaluations (and, in one process, the actor) stepped
-            # where reward and success came from: the sim's own check, or a robot's success topic
-            "reward_source": f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source,
+            # where reward came from: the sim's own check, a robot's success topic, or a classifier (whose
+            # threshold and held-out rates are saved with it); on a robot success is judged by its topic
+            "reward_source": reward_source(cfg),
             "obs_layout": {"state": self.state_layout, "cameras": list(obs_layout(self.eval_env)[1])},
             "device": str(self.device),
             "run_dir": str(self.run_dir),
@@ -447,14 +497,23 @@ class TrainingRun:
         return path
 
 
+def reward_source(cfg: TrainConfig) -> str:
+    if cfg.reward.source == "classifier":
+        return "classifier" + (" + operator keys" if cfg.intervention.enabled and cfg.intervention.device
+                               and cfg.reward.keys else "")  # fmt: skip
+    return f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source
+
+
 def train(cfg: TrainConfig) -> Path:
     """The main job in one process: runs (or resumes) a run; returns the path of its summary.json."""
-    # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node).
-    robot_env = make_train_env(cfg, cfg.seed) if cfg.robot is not None else None
+    # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node); the
+    # evaluations judge success by its success topic, the actor's reward may come from a classifier around it.
+    check_robot_run(cfg)
+    robot_env = agent_env(cfg, envs.make_env(cfg.env, cfg.seed, cfg.robot, "robot_rl_actor")) if cfg.robot else None
     run = TrainingRun(cfg, env=robot_env)
     learner = run.learner
     human = make_human(cfg, cfg.seed)
-    env = robot_env or make_train_env(cfg, cfg.seed, run.classifier)
+    env = make_train_env(cfg, cfg.seed, run.classifier, arm=robot_env)
     actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
