@@ -9,8 +9,8 @@ sim robot). What it does, per poll:
 - label: it presses the success key when the task starts to look done and the failure key when it stops (the cube
   fell), so collection records a person's verdict per frame and training can take it as an override;
 - intervene: it watches the goal distance and toggles "intervene" on when the policy goes wrong (the
-  `InterventionConfig` rule of the sim's simulated human: away from the goal for `patience` steps, or a drop), for
-  `takeover_steps`, with a probability that decays over its own count of watched steps.
+  `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
+  or a drop), for `takeover_steps`, with a probability that decays over its own count of watched steps.
 """
 
 from __future__ import annotations
@@ -98,10 +98,11 @@ class SimulatedOperator:
         if prev is None:
             return False
         dropped = prev[1] and not grasped and not success
-        if dist > prev[0] + self.cfg.progress_tol:
-            self._streak += 1
-        elif dist < prev[0] - self.cfg.progress_tol:
+        tol, trigger = self.cfg.progress_tol, self.cfg.trigger
+        if dist < prev[0] - tol:
             self._streak = 0
+        elif trigger == "always" or dist > prev[0] + tol or trigger == "no_progress":
+            self._streak += 1
         if (dropped or self._streak >= self.cfg.patience) and self._rng.random() < self.rate:
             self._streak = 0
             self._takeover_left = self.cfg.takeover_steps - 1
