@@ -131,15 +131,17 @@ def classifier_metrics(
 
 
 def pick_threshold(probs: np.ndarray, labels: np.ndarray, max_fpr: float) -> float:
-    """The lowest threshold whose false-positive rate on these frames is at most `max_fpr` (so the most recall
-    that rate allows). A false positive pays the policy for failing, which it learns to exploit, while a missed
-    success only costs a longer episode: hence a cap on false positives rather than the best accuracy.
-    With few negatives, `max_fpr * negatives < 1` means no false positive at all."""
+    """A threshold whose false-positive rate on these frames is at most `max_fpr` with the most recall that allows,
+    in the middle of the range of such thresholds (between the highest negative it must exceed and the lowest
+    positive above that), so a frame scored slightly off on new episodes does not flip the verdict. A false
+    positive pays the policy for failing, which it learns to exploit, while a missed success only costs a longer
+    episode: hence a cap on false positives rather than the best accuracy. With few negatives,
+    `max_fpr * negatives < 1` means no false positive at all."""
     neg = np.sort(probs[labels <= 0.5])[::-1]
-    if len(neg) == 0:
-        return 0.5
     allowed = int(np.floor(max_fpr * len(neg)))  # negatives that may score above the threshold
-    return float(min(1.0, neg[allowed])) if allowed < len(neg) else 0.0
+    lo = float(neg[allowed]) if allowed < len(neg) else 0.0
+    above = probs[(labels > 0.5) & (probs > lo)]
+    return 0.5 * (lo + float(above.min())) if len(above) else lo
 
 
 def save_classifier(clf: RewardClassifier, path: str | Path, meta: dict[str, Any]) -> None:

@@ -6,8 +6,9 @@ that row's observation). The classifier reads what a robot run's policy reads: t
 
 Episodes, not frames, are split into train / validation / test: frames of one episode are near-copies of each
 other, so a frame split would measure memory, not generalisation. The threshold is picked on the validation
-episodes (the lowest one whose false-positive rate there is at most `--max-fpr`), and precision, recall and
-false-positive rate are reported on the test episodes, which neither training nor the threshold saw.
+episodes (`pick_threshold`: false-positive rate at most `--max-fpr` there, the most recall that allows, in the middle
+of the range of such thresholds), and precision, recall and false-positive rate are reported on the test episodes,
+which neither training nor the threshold saw.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def train_classifier(
     test_probs = success_probs(clf, test.obs)
     report = {
         "threshold": threshold,
-        "threshold_rule": f"lowest with false-positive rate <= {max_fpr} on the validation episodes",
+        "threshold_rule": f"false-positive rate <= {max_fpr} on the validation episodes, most recall, mid-gap",
         "test": rates_at(test_probs, test.labels, threshold),  # what to quote: episodes nothing was fitted on
         "test_at_0.5": rates_at(test_probs, test.labels, 0.5),
         "validation": rates_at(val_probs, val.labels, threshold),
