@@ -65,11 +65,13 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
     # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
     fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
     state = json.loads(state_path.read_text()) if state_path.exists() else fresh
-    n_demos, hold = (5, 5) if quick else (20, 10)
+    n_demos, hold, wander = (5, 5, 6) if quick else (20, 10, 8)
     clf_steps = 100 if quick else 1000
-    budget = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2"] if quick \
-        else [f"loop.env_steps={int(GOAL_MINUTES * 60 * HZ)}", "loop.eval_every=250", "loop.eval_episodes=10",
-              "loop.final_eval_episodes=20", f"loop.stop_at_success={GOAL}", "loop.checkpoint_every=250"]  # fmt: skip
+    short = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2"]
+    budget = short if quick else [
+        f"loop.env_steps={int(GOAL_MINUTES * 60 * HZ)}", "loop.eval_every=250", "loop.eval_episodes=10",
+        "loop.final_eval_episodes=20", f"loop.stop_at_success={GOAL}", "loop.checkpoint_every=250",
+    ]  # fmt: skip
     store, clf, run, base = work / "demos.zarr", work / "classifier.safetensors", work / "run", work / "baseline"
 
     def stage(name: str, fn) -> None:
@@ -87,7 +89,7 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
     def collect(domain: int) -> None:
         cli("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain), "--robot-set",
             "lockstep=true", "-n", str(n_demos), "--device", "simulated", "--label-frames", str(hold), "--obs",
-            "pixels", "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
+            "pixels", "--wander", str(wander), "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
 
     def train(domain: int, run_dir: Path, *extra: str) -> None:
         # loop.max_minutes counts a run's earlier sessions too: this call adds `minutes` to what was spent

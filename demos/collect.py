@@ -469,6 +469,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--resume", action="store_true", help="append to an existing store")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then one more per episode)")
     p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
+    p.add_argument("--wander", type=int, default=0, metavar="N", help="simulated device: first N steps of each "
+                   "episode to a random pose and gripper (failure frames for a classifier)")  # fmt: skip
     p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
     ns = p.parse_args(argv)
@@ -510,7 +512,8 @@ def main(argv: list[str]) -> int:
             from robot_rl.real.scene import SceneWatcher
 
             eyes = SceneWatcher(load_robot_config(ns.robot, list(robot_overrides)))
-        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise, eyes=eyes)  # a missing device fails first
+        # a missing device fails first
+        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise, eyes=eyes, wander=ns.wander)
         session.callback(device.close)
         operator = session.enter_context(Operator()) if human else None
         if ns.device == "keyboard":

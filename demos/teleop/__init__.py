@@ -23,8 +23,11 @@ __all__ = [
 ]
 
 
-def make_device(name: str, seed: int | None = None, noise_std: float = 0.0, eyes: Any = None) -> TeleopDevice:
-    """`eyes`: what the simulated operator sees of the scene (`real.scene.SceneWatcher` on the sim robot)."""
+def make_device(
+    name: str, seed: int | None = None, noise_std: float = 0.0, eyes: Any = None, wander: int = 0
+) -> TeleopDevice:
+    """`eyes`: what the simulated operator sees of the scene (`real.scene.SceneWatcher` on the sim robot); `wander`:
+    its steps of showing a failure before each episode's task."""
     if name == "scripted":
         return ScriptedDevice(noise_std=noise_std, seed=seed)
     if name == "simulated":
@@ -32,7 +35,7 @@ def make_device(name: str, seed: int | None = None, noise_std: float = 0.0, eyes
 
         if eyes is None:
             raise ValueError("the simulated operator needs eyes on the scene: it runs against the sim robot only")
-        return SimulatedOperator(eyes, seed=seed)
+        return SimulatedOperator(eyes, seed=seed, wander=wander)
     if name == "spacemouse":
         from robot_rl.demos.teleop.spacemouse import open_spacemouse
 

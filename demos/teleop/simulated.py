@@ -8,6 +8,9 @@ sim robot). What it does, per poll:
   was told to close and stopped at about the cube's width);
 - label: it presses the success key when the task starts to look done and the failure key when it stops (the cube
   fell), so collection records a person's verdict per frame and training can take it as an override;
+- show failures (`wander` steps at the start of each episode): it first moves to a random pose above the table with
+  a random gripper opening, as a person labelling frames shows the camera what "not done" looks like (a gripper
+  closed on nothing, lifted), so a classifier learns those are no success (a policy will visit them);
 - intervene: it watches the goal distance and toggles "intervene" on when the policy goes wrong (the
   `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
   or a drop), for `takeover_steps`, with a probability that decays over its own count of watched steps.
@@ -22,7 +25,7 @@ import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand
 from robot_rl.sim.envs import CUBE_HALF
-from robot_rl.sim.experts import GRIP_CLOSE, InterventionConfig, ScriptedExpert, goal_distance
+from robot_rl.sim.experts import InterventionConfig, ScriptedExpert, goal_distance
 
 
 class Eyes(Protocol):
@@ -38,9 +41,12 @@ class SimulatedOperator:
     name = "simulated"
     source = "teleop"  # a stand-in for a person at the robot
 
-    def __init__(self, eyes: Eyes, cfg: InterventionConfig | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self, eyes: Eyes, cfg: InterventionConfig | None = None, seed: int | None = None, wander: int = 0
+    ) -> None:
         self.eyes = eyes
         self.cfg = cfg
+        self.wander = wander
         self._rng = np.random.default_rng(seed)
         self.watched = 0  # polls so far: its own sense of how far training has come
         self._grip = -1.0
@@ -53,6 +59,10 @@ class SimulatedOperator:
         self._takeover_left = 0
         self._streak = 0
         self._prev: tuple[float, bool] | None = None  # (goal distance, grasped) at the previous poll
+        self._t = 0
+        # Where this episode's wandering goes: x, y around the home pose, z well above the cube, any gripper.
+        self._wander_to = (np.array([0.5, 0.0, 0.0]) + self._rng.uniform([-0.12, -0.12, 0.08], [0.12, 0.12, 0.2]),
+                           float(self._rng.uniform(-1.0, 1.0)))  # fmt: skip
 
     def poll(self, env: gym.Env) -> DeviceCommand:
         u = env.unwrapped
@@ -69,12 +79,15 @@ class SimulatedOperator:
         grasped = closed and near and 2 * CUBE_HALF - 0.01 <= gap <= 2 * CUBE_HALF + 0.01
         state = {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap}
         goal, grip = ScriptedExpert._pick_cube(state)
+        self._t += 1
+        if self._t <= self.wander:
+            goal, grip = self._wander_to
         self._grip = float(grip)
         twist = np.zeros(6, np.float32)
         twist[:3] = np.clip((goal - tcp) / u.max_step, -1.0, 1.0)
         events = self._keys(sight.success)
         self._intervene = self._watch(goal_distance({**state, "success": sight.success}), grasped, sight.success)
-        return DeviceCommand(twist, GRIP_CLOSE if grip > 0 else -1.0, self._intervene, events)
+        return DeviceCommand(twist, float(grip), self._intervene, events)
 
     def _keys(self, success: bool) -> frozenset[str]:
         """Success key when the task starts to look done, failure key when it stops looking so."""

@@ -32,8 +32,8 @@ def test_labelled_frames_train_a_classifier_that_alone_rewards_a_run_with_the_op
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain))
     try:
         run("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain), "--robot-set",
-            "lockstep=true", "-n", "5", "--device", "simulated", "--label-frames", "6", "--obs", "state",
-            "--no-fsync")  # fmt: skip
+            "lockstep=true", "-n", "5", "--device", "simulated", "--label-frames", "6", "--wander", "8",
+            "--obs", "state", "--no-fsync")  # fmt: skip
         report = json.loads(run("classifier", "train", str(store), str(clf), "--steps", "300", "--max-fpr", "0.05"))
         run("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "threads=1",
             f"demos.path={store}", "reward.source=classifier", f"reward.classifier_path={clf}", "reward.keys=false",
