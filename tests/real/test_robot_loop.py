@@ -62,12 +62,10 @@ def test_labelled_frames_train_a_classifier_that_alone_rewards_a_run_with_the_op
     bufs = {}
     for name in ("online", "demo"):
         with np.load(run_dir / "checkpoints" / "final" / f"buffer_{name}.npz") as b:
-            n = int(b["counters"][2])
-            bufs[name] = b["step.intervened"][:n]
+            bufs[name] = {k: b[f"step.{k}"][b["valid"]] for k in ("intervened", "reward", "terminated")}
     intervened = round(summary["intervention_rate"] * STEPS)
-    assert intervened > 0 and bufs["online"].sum() == intervened == bufs["demo"].sum()
+    assert intervened > 0 and bufs["online"]["intervened"].sum() == intervened == bufs["demo"]["intervened"].sum()
     # The demos' rewards are the classifier's: a demo ends at its first detected success, with reward 1.
-    with np.load(run_dir / "checkpoints" / "final" / "buffer_demo.npz") as b:
-        n_demo = int(b["counters"][2]) - intervened
-        rewards, terminal = b["step.reward"][:n_demo], b["step.terminated"][:n_demo]
+    demo = bufs["demo"]["intervened"] == 0
+    rewards, terminal = bufs["demo"]["reward"][demo], bufs["demo"]["terminated"][demo]
     assert rewards.sum() == terminal.sum() >= 1 and set(np.unique(rewards)) <= {0.0, 1.0}
