@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -244,9 +244,10 @@ def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, li
 
 
 def make_reward_classifier(
-    cfg: TrainConfig, run_dir: Path, layout: tuple[int, tuple[str, ...], int]
+    cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]], layout: tuple[int, tuple[str, ...], int]
 ) -> RewardClassifier:
-    """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens)."""
+    """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens) and saves it
+    with the layout it reads, so actor nodes load it without building an env first."""
     state_dim, cameras, image_size = layout
     clf = RewardClassifier(state_dim, cameras, image_size)
     saved = run_dir / "reward_classifier.safetensors"
@@ -264,7 +265,8 @@ def make_reward_classifier(
     clf.threshold.fill_(0.5 if cfg.reward.threshold is None else cfg.reward.threshold)
     metrics = classifier_metrics(clf, val_set)
     print(f"reward classifier on held-out frames: {metrics}")
-    save_file({k: v.contiguous() for k, v in clf.state_dict().items()}, str(saved))
+    meta = {"state_layout": state_layout, "cameras": list(cameras), "image_size": image_size}
+    save_classifier(clf, saved, {**meta, "report": {"validation_frames": metrics}})
     return clf
 
 
@@ -338,7 +340,7 @@ class TrainingRun:
             self.classifier = (
                 robot_classifier(cfg, self.run_dir, self.state_layout, layout)
                 if cfg.robot is not None
-                else make_reward_classifier(cfg, self.run_dir, layout)
+                else make_reward_classifier(cfg, self.run_dir, self.state_layout, layout)
             )
         state_dim, cameras, image_size = layout
         demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
