@@ -34,6 +34,7 @@ from robot_rl.algos.reward_classifier import (
 )
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
+from robot_rl.hardware import fastest_threads
 
 
 def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
@@ -164,6 +165,7 @@ def main(argv: list[str]) -> int:
     t.add_argument("--val", type=float, default=0.2, help="fraction of episodes that pick the threshold")
     t.add_argument("--test", type=float, default=0.2, help="fraction of episodes held out for the report")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=0, help="torch threads (0: the fastest count, measured, as `train`)")
     e = sub.add_parser("eval", help="precision / recall / false-positive rate on a labelled store")
     e.add_argument("classifier", type=Path)
     e.add_argument("store", type=Path)
@@ -173,6 +175,7 @@ def main(argv: list[str]) -> int:
         if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1):
             raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1)")
         cams = [c for c in ns.cameras.split(",") if c] if ns.cameras is not None else None
+        torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads on a small box: 20x slower
         report = train_classifier(ns.store, ns.out, cameras=cams, steps=ns.steps, max_fpr=ns.max_fpr,
                                   val_frac=ns.val, test_frac=ns.test, seed=ns.seed)  # fmt: skip
         print(f"saved {ns.out}; test episodes {report['episodes']['test']}: {report['test']}", file=sys.stderr)
