@@ -535,6 +535,9 @@ def train(cfg: TrainConfig) -> Path:
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(actor.stats, interrupted=True)
+    finally:
+        if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
+            human.close()
     return run.finish(actor.stats)
 
 
