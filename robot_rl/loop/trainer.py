@@ -226,7 +226,8 @@ def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, li
                      layout: tuple[int, tuple[str, ...], int]) -> RewardClassifier:  # fmt: skip
     """A robot run's classifier (`robot-rl classifier train`): it must read what the run observes; a copy goes into
     the run dir, which actor nodes and resumes load."""
-    path = cfg.reward.classifier_path
+    saved = run_dir / "reward_classifier.safetensors"
+    path = str(saved) if cfg.resume and saved.exists() else cfg.reward.classifier_path
     try:
         clf, meta = load_classifier(path)
     except (OSError, ValueError) as e:
@@ -239,7 +240,7 @@ def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, li
                         f"cameras {list(cameras)} at {image_size} px")  # fmt: skip
     if cfg.reward.threshold is not None:
         clf.threshold.fill_(cfg.reward.threshold)
-    save_classifier(clf, run_dir / "reward_classifier.safetensors", meta)
+    save_classifier(clf, saved, meta)
     return clf
 
 
