@@ -71,8 +71,6 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
     budget = short if quick else [
         f"loop.env_steps={int(GOAL_MINUTES * 60 * HZ)}", "loop.eval_every=250", "loop.eval_episodes=10",
         "loop.final_eval_episodes=20", f"loop.stop_at_success={GOAL}", "loop.checkpoint_every=250",
-        # a pixel checkpoint holds both buffers whole (100k frames: 4.7 GB each); a run here stays below 4000 steps
-        "loop.buffer_capacity=4000",
     ]  # fmt: skip
     store, clf, run, base = work / "demos.zarr", work / "classifier.safetensors", work / "run", work / "baseline"
 
@@ -94,6 +92,8 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
             f"robot.domain_id={domain}",
             "obs=pixels",
             "threads=1",
+            # A pixel checkpoint holds both replay buffers whole (100k frames: 4.7 GB); online keeps the newest 4000.
+            "loop.buffer_capacity=4000",
             "robot.safety.workspace_lo=[0.38,-0.2,0.01]",
             "robot.safety.workspace_hi=[0.62,0.2,0.25]",
         ]
