@@ -66,6 +66,7 @@ class CollectConfig:
     robot: str = "sim"  # backend "robot": robot config name or yaml (real/config.py), plus key=value overrides
     robot_overrides: tuple[str, ...] = ()
     control_hz: float = 0.0  # backend "robot": RobotEnv's control rate (0: the robot config's)
+    label_frames: int = 0  # > 0: record the operator's success verdict per frame (`run_episode`)
 
 
 def env_config(cfg: CollectConfig) -> Any:
@@ -165,27 +166,38 @@ def run_episode(
     policy_version: str | None = None,
     hz: float = 0.0,
     operator: Operator | None = None,
+    label_frames: int = 0,
 ) -> Episode:
     """One episode driven by `device` (or by `policy`, with the device's intervene toggle taking over).
 
     Episode buttons end it early: "success"/"failure" label it (overriding the env's success flag),
     "rerecord" marks it for the same seed again. With an `operator`, each step updates the live readout and
     Ctrl-C ends the episode with verdict "interrupted".
+
+    `label_frames > 0` records frames for a success classifier: each row gets `label`, the person's verdict on
+    that row's observation (on from the step the success key is pressed, off again from the failure key), and the
+    success key no longer ends the episode: it goes on `label_frames` steps so the success state is seen from
+    several poses. The person, not the env, decides when it is over (the env's own success ending is ignored).
     """
     device.reset()
     action_dim = int(env.action_space.shape[0])
+    limit = getattr(env.unwrapped, "max_episode_steps", 0)
+    label, hold_left = False, None
     obs, info = env.reset(seed=seed)
     t0, t0_wall = time.monotonic(), time.time()
     steps: dict[str, list] = {}
     cams = _camera_keys(obs)
     cam_ts = _camera_times(info, cams, 0.0, t0_wall)
     state_ts = info.get("state_timestamp")
-    ret, done, verdict, label = 0.0, False, "keep", None
+    ret, done, verdict, verdict_key = 0.0, False, "keep", None
     success = bool(info.get("success", False))
     while not done:
         tick = time.monotonic()
         stamp = tick - t0
         cmd = device.poll(env)
+        if label_frames and {"success", "failure"} & cmd.events:
+            label = "success" in cmd.events
+            hold_left = label_frames if label and hold_left is None else hold_left
         if policy is not None and not cmd.intervene:
             action, intervened = np.asarray(policy(obs), np.float32), False
         else:
@@ -203,6 +215,7 @@ def run_episode(
             "timestamp": np.float64(stamp),
             **{f"{c}_timestamp": np.float64(cam_ts[c]) for c in cams},
             **({"state_timestamp": np.float64(state_ts - t0_wall)} if state_ts is not None else {}),
+            **({"label": label} if label_frames else {}),
         }
         for k, v in row.items():
             steps.setdefault(k, []).append(v)
@@ -211,13 +224,16 @@ def run_episode(
         cam_ts = _camera_times(info, cams, time.monotonic() - t0, t0_wall)
         state_ts = info.get("state_timestamp")
         done = terminated or truncated
+        if label_frames:
+            hold_left = None if hold_left is None else hold_left - 1
+            done = truncated or hold_left == 0 or bool(limit and len(steps["action"]) >= limit)
         if operator is not None:
             operator.readout(readout_line(env, len(steps["action"]), obs, cmd, success))
             if operator.stop_requested:
                 done, verdict = True, "interrupted"
-        for event in ("rerecord", "failure", "success"):
+        for event in ("rerecord",) if label_frames else ("rerecord", "failure", "success"):
             if event in cmd.events:
-                done, label = True, event
+                done, verdict_key = True, event
                 verdict = "rerecord" if event == "rerecord" else verdict
                 break
         if hz > 0 and not done:
@@ -228,11 +244,13 @@ def run_episode(
         source = device.source
     else:
         source = "intervention" if n_interv else "policy"
-    if label in ("success", "failure"):
-        success = label == "success"
+    if verdict_key in ("success", "failure"):
+        success = verdict_key == "success"
+    if label_frames:
+        success = bool(data["label"].any())
     meta = {
         "success": success,
-        "success_label": "operator" if label in ("success", "failure") else "env",
+        "success_label": "operator" if verdict_key in ("success", "failure") or label_frames else "env",
         "return": ret,
         "length": len(data["action"]),
         "seed": seed,
@@ -341,6 +359,7 @@ def collect_to_store(
                 policy_version=policy_version,
                 hz=cfg.hz,
                 operator=operator,
+                label_frames=cfg.label_frames,
             )
             stats.attempts += 1
             stats.steps += ep.meta["length"]
@@ -439,17 +458,27 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--instruction", default="", help="language instruction (default: per task)")
     p.add_argument("--success-only", action="store_true", help="discard episodes that did not succeed")
+    p.add_argument(
+        "--label-frames",
+        type=int,
+        default=0,
+        metavar="N",
+        help="label frames for a success classifier: each row records the operator's verdict (`label`: on from the "
+        "success key, off from the failure key); the success key ends the episode N steps later, not at once",
+    )
     p.add_argument("--resume", action="store_true", help="append to an existing store")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then one more per episode)")
     p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
+    p.add_argument("--wander", type=int, default=0, metavar="N", help="simulated device: first N steps of each "
+                   "episode to a random pose and gripper (failure frames for a classifier)")  # fmt: skip
     p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
     ns = p.parse_args(argv)
     human = ns.device not in UNATTENDED
     hz = ns.hz if ns.hz is not None else (10.0 if human else 0.0)
     robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
-    if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1:
-        raise UserError("--episodes and --image-size must be >= 1, --hz and --max-steps >= 0")
+    if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1 or ns.label_frames < 0:
+        raise UserError("--episodes and --image-size must be >= 1, --hz, --max-steps and --label-frames >= 0")
     from robot_rl.cli import load_config  # the env exactly as `train` composes it, through the one env factory
 
     env_cfg = load_config(
@@ -470,11 +499,21 @@ def main(argv: list[str]) -> int:
         robot=ns.robot,
         robot_overrides=robot_overrides,
         control_hz=ns.hz or 0.0,
+        label_frames=ns.label_frames,
     )
     if (ns.store / "commit.json").exists() and not ns.resume:
         raise UserError(f"{ns.store} already exists; pass --resume to add to it")
     with contextlib.ExitStack() as session:
-        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise)  # a missing device fails first
+        eyes = None
+        if ns.device == "simulated":  # it watches the sim robot's scene on its own node, apart from the env
+            if ns.backend != "robot":
+                raise UserError("--device simulated drives the sim robot: add --backend robot --robot sim")
+            from robot_rl.real.config import load_robot_config
+            from robot_rl.real.scene import SceneWatcher
+
+            eyes = SceneWatcher(load_robot_config(ns.robot, list(robot_overrides)))
+        # a missing device fails first
+        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise, eyes=eyes, wander=ns.wander)
         session.callback(device.close)
         operator = session.enter_context(Operator()) if human else None
         if ns.device == "keyboard":

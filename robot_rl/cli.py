@@ -150,7 +150,9 @@ COMMON_KEYS = {
     "demos.n_episodes": "scripted demos collected into the run before training",
     "demos.path": "train from this demo store instead (e.g. `robot-rl collect` teleop demos)",
     "intervention.enabled": "a simulated human takes over when the policy stalls (HIL-SERL)",
+    "intervention.device": "a teleop device takes over instead (spacemouse|gamepad|keyboard|simulated; robot runs)",
     "reward.source": "env | classifier (a learned success detector, as on a robot)",
+    "reward.classifier_path": "a robot run's classifier (`robot-rl classifier train` on labelled frames)",
     "sac.utd": "critic updates per env step",
 }
 
@@ -160,6 +162,8 @@ TRAIN_EXAMPLES = """examples:
   robot-rl train demos.path=data/kb.zarr loop.env_steps=20000
   robot-rl train resume=runs/<run>                 continue after a crash or Ctrl-C
   robot-rl train robot=sim robot.lockstep=true intervention.enabled=false   (the arm of `sim-robot --lockstep`)
+  robot-rl train robot=sim robot.lockstep=true reward.source=classifier reward.classifier_path=c.safetensors
+    intervention.device=simulated        (reward from labelled frames; the simulated operator in the loop)
   robot-rl train algo=bc_diffusion demos.path=data/demos.zarr"""
 
 
@@ -275,6 +279,7 @@ def cmd_eval(args: list[str]) -> int:
 # Subcommands that are their own module's argparse CLI, imported only when run.
 TOOLS = {
     "collect": "robot_rl.demos.collect",
+    "classifier": "robot_rl.loop.classifier",
     "dataset": "robot_rl.demos.dataset",
     "replay": "robot_rl.demos.replay",
     "plot": "robot_rl.demos.report",
@@ -310,6 +315,7 @@ USAGE = (
     "  eval RUN_DIR|CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
     "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
     "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
+    "  classifier train STORE OUT | eval CLF STORE   success classifier from frames a person labelled\n"
     "  dataset info|validate|merge|split|filter   episode store tools\n"
     "  replay STORE --episode i --out x.mp4 [--reexecute]\n"
     "  plot episode|training|report   PNG plots and the HTML dataset report\n"

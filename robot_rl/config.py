@@ -32,9 +32,22 @@ class DemoConfig:
 @dataclass
 class RewardConfig:
     source: str = "env"  # env | classifier (a learned success detector replaces the env reward, as on a robot)
-    classifier_path: str = ""  # trained classifier checkpoint; empty => train one from the demos first
-    threshold: float = 0.5  # success probability above which the classifier says "done"
+    # trained classifier (`robot-rl classifier train` on a robot); empty in sim => train one on scripted frames
+    classifier_path: str = ""
+    # success probability above which the classifier says "done"; None => the one saved with it (`classifier
+    # train` picks it for a low false-positive rate; 0.5 for one trained at start-up)
+    threshold: Optional[float] = None  # noqa: UP045 (OmegaConf reads the annotation)
     classifier_steps: int = 1500  # training steps when the classifier is trained at start-up
+    keys: bool = True  # the intervention device's success / failure keys override the reward (a person's verdict)
+
+
+@dataclass
+class HumanConfig(InterventionConfig):
+    """Who acts besides the policy. `device` empty: the simulated human (sim runs: it reads the simulator's state,
+    with the trigger / rate settings above); a teleop device (spacemouse | gamepad | keyboard, or `simulated`, an
+    operator on the sim robot that follows the same settings) takes over whenever its intervene toggle is on."""
+
+    device: str = ""
 
 
 @dataclass
@@ -103,7 +116,7 @@ class TrainConfig:
     bc: BCConfig = field(default_factory=BCConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)
     dsrl: DSRLConfig = field(default_factory=DSRLConfig)
-    intervention: InterventionConfig = field(default_factory=InterventionConfig)
+    intervention: HumanConfig = field(default_factory=HumanConfig)
     demos: DemoConfig = field(default_factory=DemoConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from robot_rl.demos.teleop.base import EVENTS, DeviceCommand, PacketError, TeleopDevice, to_action
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 
@@ -21,13 +23,19 @@ __all__ = [
 ]
 
 
-def make_device(name: str, seed: int | None = None, noise_std: float = 0.0) -> TeleopDevice:
+def make_device(
+    name: str, seed: int | None = None, noise_std: float = 0.0, eyes: Any = None, wander: int = 0
+) -> TeleopDevice:
+    """`eyes`: what the simulated operator sees of the scene (`real.scene.SceneWatcher` on the sim robot); `wander`:
+    its steps of showing a failure before each episode's task."""
     if name == "scripted":
         return ScriptedDevice(noise_std=noise_std, seed=seed)
     if name == "simulated":
         from robot_rl.demos.teleop.simulated import SimulatedOperator
 
-        return SimulatedOperator()
+        if eyes is None:
+            raise ValueError("the simulated operator needs eyes on the scene: it runs against the sim robot only")
+        return SimulatedOperator(eyes, seed=seed, wander=wander)
     if name == "spacemouse":
         from robot_rl.demos.teleop.spacemouse import open_spacemouse
 

@@ -1,55 +1,138 @@
-"""A simulated operator: drives PickCube from what the policy observes, for collecting on a robot in tests.
+"""A simulated operator at the robot: drives PickCube, labels success and takes over from a policy, all through the
+teleop device interface, the way a person with a SpaceMouse would.
 
-The scripted device reads the simulator's privileged state, which a robot does not have. This one reads only the
-newest observation (`env.unwrapped.last_obs`, e.g. `RobotEnv`'s): the TCP and gripper opening from the robot's
-state topics and the cube from `object_pose`, which on the sim robot is the simulator's pose standing in for a
-tracker (a real cell needs a tracker publishing it). Whether the cube is grasped is inferred, not read: the
-gripper was told to close and stopped at about the cube's width.
+What it knows: the robot's state as the env last observed it (`env.unwrapped.last_obs`: TCP, gripper opening) and
+what its `eyes` see (a `Sight`: where the cube is, whether the task looks done; `real.scene.SceneWatcher` on the
+sim robot). What it does, per poll:
+- drive: the scripted PickCube strategy from that (whether the cube is grasped is inferred, not read: the gripper
+  was told to close and stopped at about the cube's width);
+- label: it presses the success key when the task starts to look done and the failure key when it stops (the cube
+  fell), so collection records a person's verdict per frame and training can take it as an override;
+- show failures (`wander` steps at the start of each episode): it first moves to a random pose above the table with
+  a random gripper opening, as a person labelling frames shows the camera what "not done" looks like (a gripper
+  closed on nothing, lifted), so a classifier learns those are no success (a policy will visit them);
+- intervene: it watches the goal distance and toggles "intervene" on when the policy goes wrong (the
+  `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
+  or a drop), for `takeover_steps`, with a probability that decays over its own count of watched steps.
 """
 
 from __future__ import annotations
+
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand
 from robot_rl.sim.envs import LIFT_HEIGHT
-from robot_rl.sim.experts import GRIP_CLOSE, ScriptedExpert
+from robot_rl.sim.experts import InterventionConfig, ScriptedExpert, goal_distance
+
+
+class Eyes(Protocol):
+    def look(self, stamp: float) -> Any:
+        """A `Sight` (object_pos, success) at robot time `stamp` or later."""
+
+    def close(self) -> None: ...
+
 
 CUBE_HALF = 0.02  # sim/assets/pick_cube.xml's cube on a table at z = 0: what this operator assumes of the cell
 
 
 class SimulatedOperator:
-    """The scripted PickCube strategy on observable state; remembers only its own last gripper command."""
+    """The scripted PickCube strategy on observable state; intervenes by `cfg` (None: never)."""
 
     name = "simulated"
     source = "teleop"  # a stand-in for a person at the robot
 
-    def __init__(self) -> None:
+    def __init__(
+        self, eyes: Eyes, cfg: InterventionConfig | None = None, seed: int | None = None, wander: int = 0
+    ) -> None:
+        self.eyes = eyes
+        self.cfg = cfg
+        self.wander = wander
+        self._rng = np.random.default_rng(seed)
+        self.watched = 0  # polls so far: its own sense of how far training has come
         self._grip = -1.0
+        self._intervene = False
+        self.reset()
 
     def reset(self) -> None:
         self._grip = -1.0
+        self._saw_success = False
+        self._takeover_left = 0
+        self._streak = 0
+        self._prev: tuple[float, bool] | None = None  # (goal distance, grasped) at the previous poll
+        self._t = 0
+        # Where this episode's wandering goes: x, y around the home pose, z well above the cube, any gripper.
+        self._wander_to = (np.array([0.5, 0.0, 0.0]) + self._rng.uniform([-0.12, -0.12, 0.08], [0.12, 0.12, 0.2]),
+                           float(self._rng.uniform(-1.0, 1.0)))  # fmt: skip
 
     def poll(self, env: gym.Env) -> DeviceCommand:
         u = env.unwrapped
         obs, layout = getattr(u, "last_obs", None), getattr(u, "state_layout", {})
-        if obs is None or not {"tcp_pos", "cube_pos", "gripper_opening"} <= set(layout):
-            raise ValueError("the simulated operator needs an env with `last_obs` observing tcp_pos, cube_pos and "
-                             "gripper_opening (RobotEnv on PickCube)")  # fmt: skip
+        if obs is None or not {"tcp_pos", "gripper_opening"} <= set(layout) or not hasattr(u, "stamps"):
+            raise ValueError("the simulated operator needs a robot env (RobotEnv) observing tcp_pos and "
+                             "gripper_opening")  # fmt: skip
+        sight = self.eyes.look(u.stamps()["state_timestamp"])
         s = obs["state"]
-        tcp, cube = s[layout["tcp_pos"]].astype(np.float64), s[layout["cube_pos"]].astype(np.float64)
+        tcp, cube = s[layout["tcp_pos"]].astype(np.float64), np.asarray(sight.object_pos, np.float64)
         gap = float(s[layout["gripper_opening"]][0]) * getattr(u.cfg, "gripper_max_width", 0.08)
         closed = self._grip > 0
         near = np.linalg.norm(cube - tcp) < 0.02
         grasped = closed and near and 2 * CUBE_HALF - 0.01 <= gap <= 2 * CUBE_HALF + 0.01
         state = {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap,
-                 "object_half": np.full(3, CUBE_HALF), "lift_z": CUBE_HALF + LIFT_HEIGHT}  # fmt: skip
+                 "object_half": np.full(3, CUBE_HALF), "lift_z": CUBE_HALF + LIFT_HEIGHT, "table_z": 0.0}  # fmt: skip
         goal, grip = ScriptedExpert._pick_cube(state)
+        self._t += 1
+        if self._t <= self.wander:
+            goal, grip = self._wander_to
         self._grip = float(grip)
         twist = np.zeros(6, np.float32)
         twist[:3] = np.clip((goal - tcp) / u.max_step, -1.0, 1.0)
-        return DeviceCommand(twist=twist, gripper=GRIP_CLOSE if grip > 0 else -1.0)
+        events = self._keys(sight.success)
+        self._intervene = self._watch(goal_distance({**state, "success": sight.success}), grasped, sight.success)
+        return DeviceCommand(twist, float(grip), self._intervene, events)
+
+    def _keys(self, success: bool) -> frozenset[str]:
+        """Success key when the task starts to look done, failure key when it stops looking so."""
+        saw, self._saw_success = self._saw_success, success
+        if success != saw:
+            return frozenset({"success" if success else "failure"})
+        return frozenset()
+
+    def _watch(self, dist: float, grasped: bool, success: bool) -> bool:
+        """True while taking over: triggered by `patience` steps away from the goal or a drop, then held for
+        `takeover_steps`, stepping in with probability `rate`."""
+        self.watched += 1
+        if self.cfg is None or not self.cfg.enabled:
+            return False
+        if self._takeover_left > 0:
+            self._takeover_left -= 1
+            if self._takeover_left == 0:
+                self._streak, self._prev = 0, None  # hand back with a clean slate
+            return True
+        prev, self._prev = self._prev, (dist, grasped)
+        if prev is None:
+            return False
+        dropped = prev[1] and not grasped and not success
+        tol, trigger = self.cfg.progress_tol, self.cfg.trigger
+        if dist < prev[0] - tol:
+            self._streak = 0
+        elif trigger == "always" or dist > prev[0] + tol or trigger == "no_progress":
+            self._streak += 1
+        if (dropped or self._streak >= self.cfg.patience) and self._rng.random() < self.rate:
+            self._streak = 0
+            self._takeover_left = self.cfg.takeover_steps - 1
+            return True
+        return False
+
+    @property
+    def rate(self) -> float:
+        """Probability of stepping in when triggered: decays linearly over `decay_steps` watched steps."""
+        c = self.cfg
+        if c is None or c.decay_steps <= 0:
+            return c.max_rate if c is not None else 0.0
+        return c.max_rate + (c.min_rate - c.max_rate) * min(1.0, self.watched / c.decay_steps)
 
     def close(self) -> None:
-        """Nothing to release."""
+        self.eyes.close()

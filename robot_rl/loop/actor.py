@@ -16,7 +16,7 @@ from robot_rl.types import EpisodeAborted, NpObs, Transition
 log = logging.getLogger("robot_rl.actor")
 
 # (env, policy action) -> (executed action, whether the human acted). The sim's SimulatedHuman and a
-# teleop device both fit.
+# teleop device (`loop.human.DeviceIntervener`, which may also hold the person's `verdict`) both fit.
 Intervener = Callable[[gym.Env, np.ndarray], tuple[np.ndarray, bool]]
 
 
@@ -125,6 +125,12 @@ class Actor:
             if intervened and hasattr(self.env, "take_over"):  # residual: executed as is, stored in agent terms
                 action = self.env.take_over(action)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
+        # A person's success / failure key (a device intervener's `verdict`) overrides the reward at any time.
+        verdict = getattr(self.intervener, "verdict", None)
+        if verdict == "success":
+            reward, terminated, truncated = 1.0, True, False
+        elif verdict == "failure":
+            reward, terminated, truncated = 0.0, False, True
         self._ep_len += 1
         self._ep_interventions += int(intervened)
         self._ep_return += float(reward)

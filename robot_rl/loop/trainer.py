@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -30,7 +30,10 @@ from robot_rl.algos.reward_classifier import (
     ClassifierReward,
     RewardClassifier,
     classifier_metrics,
+    classifier_rewards,
+    load_classifier,
     record_classifier_data,
+    save_classifier,
     train_reward_classifier,
 )
 from robot_rl.algos.sac import SAC
@@ -44,9 +47,10 @@ from robot_rl.errors import UserError
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.hardware import fastest_threads
 from robot_rl.loop.actor import Actor, EpisodeStats
+from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
-from robot_rl.sim.experts import ScriptedExpert, SimulatedHuman
+from robot_rl.sim.experts import ScriptedExpert
 from robot_rl.types import Transition
 
 
@@ -99,12 +103,16 @@ def check_robot_run(cfg: TrainConfig) -> None:
     where = f"robot={cfg.robot.name}"
     if cfg.algo != "sac":
         raise UserError(f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})")
-    if cfg.intervention.enabled:
+    if cfg.intervention.enabled and not cfg.intervention.device:
         raise UserError(f"{where}: the simulated human needs the simulator's object state; set "
-                        "intervention.enabled=false (interventions from a device are not wired yet)")  # fmt: skip
-    if cfg.reward.source != "env":
-        raise UserError(f"{where}: reward.source={cfg.reward.source}: on a robot the reward is its success topic "
-                        "(reward.source=env); a frame classifier on a robot is not wired yet")  # fmt: skip
+                        "intervention.device=spacemouse|gamepad|keyboard|simulated (a person, or the simulated "
+                        "operator on the sim robot), or intervention.enabled=false")  # fmt: skip
+    if cfg.reward.source not in ("env", "classifier"):
+        raise UserError(f"{where}: reward.source={cfg.reward.source}: expected env (the success topic) or classifier")
+    if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
+        raise UserError(f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator "
+                        "labels frames; label them in `robot-rl collect --label-frames N` and train one with "
+                        "`robot-rl classifier train`")  # fmt: skip
     try:
         envs.robot_cameras(cfg.env)
     except ValueError as e:
@@ -214,37 +222,74 @@ def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
     return store
 
 
+def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]],
+                     layout: tuple[int, tuple[str, ...], int]) -> RewardClassifier:  # fmt: skip
+    """A robot run's classifier (`robot-rl classifier train`): it must read what the run observes; a copy goes into
+    the run dir, which actor nodes and resumes load."""
+    saved = run_dir / "reward_classifier.safetensors"
+    path = str(saved) if cfg.resume and saved.exists() else cfg.reward.classifier_path
+    try:
+        clf, meta = load_classifier(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"reward.classifier_path={path}: {e}") from None
+    _, cameras, image_size = layout
+    reads = (meta["state_layout"], list(meta["cameras"]), meta["image_size"] if meta["cameras"] else 0)
+    if reads != (state_layout, list(cameras), image_size):
+        raise UserError(f"reward.classifier_path={path} reads state {meta['state_layout']}, cameras "
+                        f"{meta['cameras']} at {meta['image_size']} px; this run observes {state_layout}, "
+                        f"cameras {list(cameras)} at {image_size} px")  # fmt: skip
+    if cfg.reward.threshold is not None:
+        clf.threshold.fill_(cfg.reward.threshold)
+    save_classifier(clf, saved, meta)
+    return clf
+
+
 def make_reward_classifier(
-    cfg: TrainConfig, run_dir: Path, layout: tuple[int, tuple[str, ...], int]
+    cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]], layout: tuple[int, tuple[str, ...], int]
 ) -> RewardClassifier:
-    """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens)."""
+    """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens) and saves it
+    with the layout it reads, so actor nodes load it without building an env first."""
     state_dim, cameras, image_size = layout
     clf = RewardClassifier(state_dim, cameras, image_size)
     saved = run_dir / "reward_classifier.safetensors"
     path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
     if path:
         clf.load_state_dict(load_file(path))
+        if cfg.reward.threshold is not None:
+            clf.threshold.fill_(cfg.reward.threshold)
         return clf.eval()
     holding = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed + 7)
     expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed + 7)
     data = record_classifier_data(holding, expert.act, episodes=max(cfg.demos.n_episodes, 10), seed=50_000)
     train_set, val_set = data.split(0.2, cfg.seed)
     train_reward_classifier(clf, train_set, cfg.reward.classifier_steps, seed=cfg.seed)
-    metrics = classifier_metrics(clf, val_set, cfg.reward.threshold)
+    clf.threshold.fill_(0.5 if cfg.reward.threshold is None else cfg.reward.threshold)
+    metrics = classifier_metrics(clf, val_set)
     print(f"reward classifier on held-out frames: {metrics}")
-    save_file({k: v.contiguous() for k, v in clf.state_dict().items()}, str(saved))
+    meta = {"state_layout": state_layout, "cameras": list(cameras), "image_size": image_size}
+    save_classifier(clf, saved, {**meta, "report": {"validation_frames": metrics}})
     return clf
 
 
 def make_train_env(
-    cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None, node_name: str = "robot_rl_actor"
+    cfg: TrainConfig,
+    seed: int,
+    clf: RewardClassifier | None = None,
+    node_name: str = "robot_rl_actor",
+    arm: gym.Env | None = None,
 ) -> gym.Env:
     """The env actors step: with a classifier, success no longer ends episodes; only its verdict does. Residual
     and DSRL agents act through their adapter around it. With `cfg.robot`, the arm behind that robot's topics
-    (`robot_rl.envs`): its reward is its success topic."""
+    (`robot_rl.envs`, or `arm` when the caller already holds it): its reward is its success topic, or with
+    reward.source=classifier the classifier alone (the success topic is then for evaluation only)."""
     if cfg.robot is not None:
         check_robot_run(cfg)
-        return agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
+        env = arm or agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
+        if cfg.reward.source == "classifier":
+            if clf is None:
+                raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path)")
+            env = ClassifierReward(env, clf, cfg.reward.threshold)
+        return env
     if cfg.reward.source == "env":
         return agent_env(cfg, make_env(cfg.env, seed=seed))
     if cfg.reward.source != "classifier":
@@ -267,10 +312,6 @@ def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
             obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
             done = terminated or truncated
     return np.stack(states)
-
-
-def make_human(cfg: TrainConfig, seed: int) -> SimulatedHuman | None:
-    return SimulatedHuman(cfg.intervention, seed=seed) if cfg.intervention.enabled else None
 
 
 class TrainingRun:
@@ -306,9 +347,13 @@ class TrainingRun:
             self.state_layout = envs.state_layout(self.eval_env)
             layout, action_dim = obs_layout(self.eval_env), self.eval_env.action_space.shape[0]
         self.obs_layout = layout
-        self.classifier = (
-            make_reward_classifier(cfg, self.run_dir, layout) if cfg.reward.source == "classifier" else None
-        )
+        self.classifier = None
+        if cfg.reward.source == "classifier":
+            self.classifier = (
+                robot_classifier(cfg, self.run_dir, self.state_layout, layout)
+                if cfg.robot is not None
+                else make_reward_classifier(cfg, self.run_dir, self.state_layout, layout)
+            )
         state_dim, cameras, image_size = layout
         demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
@@ -323,6 +368,8 @@ class TrainingRun:
                 where = f"demos.path={cfg.demos.path}"
                 if (idx := state_fields(self.store.meta(i).get("state_layout"), self.state_layout, where)) is not None:
                     episode = (pick_state(t, idx) for t in episode)
+                if cfg.robot is not None and self.classifier is not None:  # no stored sim reward on a robot run
+                    episode = classifier_rewards(episode, self.classifier)
                 if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
                     episode = self.eval_env.convert_episode(episode)
                 for t in episode:
@@ -362,6 +409,7 @@ class TrainingRun:
         self.writer = SummaryWriter(str(self.run_dir / "tb"))
         self.eval_log = EvalLog(self.run_dir, self.state.updates if ckpt is not None else None)
         self.last_eval = float("nan")
+        self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
@@ -386,15 +434,16 @@ class TrainingRun:
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
         save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
 
-    def evaluate(self, episodes: int) -> EvalResult | None:
-        """None on a robot run's learner node: the arm is the actor's (`robot-rl deploy` evaluates a checkpoint)."""
+    def evaluate(self, episodes: int, **extra: float) -> EvalResult | None:
+        """`extra`: more entries for the evaluation log (the actor's intervention rate since the last one). None on a
+        robot run's learner node: the arm is the actor's (`robot-rl deploy` evaluates a checkpoint)."""
         if self.eval_env is None:
             return None
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         res = evaluate(self.eval_env, self.eval_policy, episodes, seed=1_000_000 + 1000 * self.cfg.seed)
         step, learner = self.learner.env_steps, self.learner
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
-                           "wall_clock_s": round(self.wall_clock_s, 1), **res.as_dict()})  # fmt: skip
+                           "wall_clock_s": round(self.wall_clock_s, 1), **res.as_dict(), **extra})  # fmt: skip
         for k in ("success_rate", "mean_return", "mean_length"):
             self.writer.add_scalar(f"eval/{k}", getattr(res, k), step)
         return res
@@ -413,7 +462,9 @@ class TrainingRun:
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if loop.eval_every and step % loop.eval_every == 0:
-            res = self.evaluate(loop.eval_episodes)
+            steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
+            self._counts = (stats.steps, stats.intervened_steps)
+            res = self.evaluate(loop.eval_episodes, intervention_rate=intervened / steps if steps else 0.0)
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
@@ -452,8 +503,9 @@ class TrainingRun:
             "robot": cfg.robot.name if cfg.robot is not None else None,
             # what evaluations (and, in one process, the actor) stepped; a robot learner node's actor steps a RobotEnv
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
-            # where reward and success came from: the sim's own check, or a robot's success topic
-            "reward_source": f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source,
+            # where reward came from: the sim's own check, a robot's success topic, or a classifier (whose
+            # threshold and held-out rates are saved with it); on a robot success is judged by its topic
+            "reward_source": reward_source(cfg),
             "obs_layout": {"state": self.state_layout, "cameras": list(self.obs_layout[1])},
             "device": str(self.device),
             "run_dir": str(self.run_dir),
@@ -470,14 +522,23 @@ class TrainingRun:
         return path
 
 
+def reward_source(cfg: TrainConfig) -> str:
+    if cfg.reward.source == "classifier":
+        return "classifier" + (" + operator keys" if cfg.intervention.enabled and cfg.intervention.device
+                               and cfg.reward.keys else "")  # fmt: skip
+    return f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source
+
+
 def train(cfg: TrainConfig) -> Path:
     """The main job in one process: runs (or resumes) a run; returns the path of its summary.json."""
-    # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node).
-    robot_env = make_train_env(cfg, cfg.seed) if cfg.robot is not None else None
+    # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node); the
+    # evaluations judge success by its success topic, the actor's reward may come from a classifier around it.
+    check_robot_run(cfg)
+    robot_env = agent_env(cfg, envs.make_env(cfg.env, cfg.seed, cfg.robot, "robot_rl_actor")) if cfg.robot else None
     run = TrainingRun(cfg, env=robot_env)
     learner = run.learner
     human = make_human(cfg, cfg.seed)
-    env = robot_env or make_train_env(cfg, cfg.seed, run.classifier)
+    env = make_train_env(cfg, cfg.seed, run.classifier, arm=robot_env)
     actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
@@ -497,6 +558,9 @@ def train(cfg: TrainConfig) -> Path:
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(actor.stats, interrupted=True)
+    finally:
+        if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
+            human.close()
     return run.finish(actor.stats)
 
 

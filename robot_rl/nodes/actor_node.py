@@ -11,8 +11,7 @@ import logging
 import os
 import time
 
-from safetensors.torch import load_file
-
+from robot_rl.algos import reward_classifier
 from robot_rl.algos.reward_classifier import RewardClassifier
 from robot_rl.algos.sac import make_policy
 from robot_rl.config import TrainConfig
@@ -26,14 +25,13 @@ from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 log = logging.getLogger("robot_rl.actor")
 
 
-def load_classifier(cfg: TrainConfig, env) -> RewardClassifier | None:
+def load_classifier(cfg: TrainConfig) -> RewardClassifier | None:
+    """The run's classifier, built from the layout saved with it (no env needed: on a robot that is the arm)."""
     if cfg.reward.source != "classifier":
         return None
     if not cfg.reward.classifier_path:
         raise ValueError("actor nodes need reward.classifier_path (the learner's run dir has one)")
-    clf = RewardClassifier(*obs_layout(env))
-    clf.load_state_dict(load_file(cfg.reward.classifier_path))
-    return clf.eval()
+    return reward_classifier.load_classifier(cfg.reward.classifier_path)[0]
 
 
 def flush(sender: TransitionSender, actor_id: str) -> None:
@@ -54,8 +52,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     dist = cfg.distributed
     seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
     actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
-    probe = make_train_env(cfg, seed)
-    env = make_train_env(cfg, seed, load_classifier(cfg, probe)) if cfg.reward.source == "classifier" else probe
+    env = make_train_env(cfg, seed, load_classifier(cfg))
     state_dim, cameras, image_size = obs_layout(env)
     policy = make_policy(cfg.sac, state_dim, env.action_space.shape[0], cameras, image_size)
     human = make_human(cfg, seed)

@@ -41,3 +41,26 @@ def test_classifier_learns_success_and_drives_reward() -> None:
         done = term or trunc
     assert np.mean(agree) > 0.8
     assert term and r == 1.0  # the classifier, not the env, ended the episode on success
+
+
+def test_the_threshold_caps_false_positives_and_sits_mid_gap() -> None:
+    from robot_rl.algos.reward_classifier import pick_threshold, rates_at
+
+    probs = np.array([0.001, 0.004, 0.2, 0.6, 0.9, 0.95])
+    labels = np.array([0, 0, 0, 0, 1, 1.0])
+    thr = pick_threshold(probs, labels, max_fpr=0.0)
+    assert thr == 0.75 and rates_at(probs, labels, thr)["false_positive_rate"] == 0.0
+    # One negative in four may pass at 25 %: the threshold drops below 0.6, recall stays whole.
+    thr = pick_threshold(probs, labels, max_fpr=0.25)
+    assert 0.2 < thr < 0.6 and rates_at(probs, labels, thr) == {
+        "accuracy": 5 / 6, "precision": 2 / 3, "recall": 1.0, "false_positive_rate": 0.25, "positives": 2,
+        "negatives": 4,
+    }  # fmt: skip
+
+
+def test_episodes_split_three_ways_without_overlap() -> None:
+    from robot_rl.loop.classifier import split_episodes
+
+    tr, va, te = split_episodes(10, 0.2, 0.2, seed=0)
+    assert (len(tr), len(va), len(te)) == (6, 2, 2) and sorted(tr + va + te) == list(range(10))
+    assert all(len(p) == 1 for p in split_episodes(3, 0.2, 0.2, seed=1))

@@ -152,8 +152,9 @@ def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ([], "set intervention.enabled=false"),
-        (["intervention.enabled=false", "reward.source=classifier"], "the reward is its success topic"),
+        ([], "set intervention.device=spacemouse|gamepad|keyboard|simulated .*or intervention.enabled=false"),
+        (["intervention.enabled=false", "reward.source=classifier"], "needs reward.classifier_path"),
+        (["intervention.enabled=false", "reward.source=oracle"], "expected env .* or classifier"),
         (["intervention.enabled=false", "env.obs=both"], "object's pose, which a robot does not measure"),
         (["intervention.enabled=false", "algo=residual"], "only algo=sac trains on a robot"),
     ],

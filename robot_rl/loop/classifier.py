@@ -1,0 +1,185 @@
+"""`robot-rl classifier train | eval`: a success classifier from frames a person labelled, for robot runs.
+
+Frames come from a store recorded with `collect --label-frames N` (rows carry `label`, the operator's verdict on
+that row's observation). The classifier reads what a robot run's policy reads: the cameras and the proprio fields
+(`real.robot.PROPRIO_FIELDS`, picked from the stored state by name), never an object pose.
+
+Episodes, not frames, are split into train / validation / test: frames of one episode are near-copies of each
+other, so a frame split would measure memory, not generalisation. The threshold is picked on the validation
+episodes (`pick_threshold`: false-positive rate at most `--max-fpr` there, the most recall that allows, in the middle
+of the range of such thresholds), and precision, recall and false-positive rate are reported on the test episodes,
+which neither training nor the threshold saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.algos.reward_classifier import (
+    ClassifierData,
+    RewardClassifier,
+    load_classifier,
+    pick_threshold,
+    rates_at,
+    save_classifier,
+    success_probs,
+    train_reward_classifier,
+)
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.errors import UserError
+from robot_rl.hardware import fastest_threads
+
+
+def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
+    """(indices into a stored `state`, the layout they make) for the proprio fields, in `proprio_layout` order."""
+    from robot_rl.real.robot import PROPRIO_FIELDS
+
+    idx, layout, start = [], {}, 0
+    for name in PROPRIO_FIELDS:
+        if name in stored:
+            a, b = stored[name]
+            idx.append(np.arange(a, b))
+            layout[name] = [start, start + b - a]
+            start += b - a
+    if not idx:
+        raise UserError(f"the store's state has no proprio field ({', '.join(PROPRIO_FIELDS)}): record it with "
+                        "`collect --backend robot`")  # fmt: skip
+    return np.concatenate(idx), layout
+
+
+def load_frames(store_path: Path, cameras: list[str] | None = None) -> tuple[list[ClassifierData], dict[str, Any]]:
+    """One `ClassifierData` per episode, and the observation layout they share (state fields, cameras, size)."""
+    episodes, layout = [], None
+    with EpisodeStore(store_path, "r") as st:
+        if not len(st):
+            raise UserError(f"{store_path}: the store holds no episodes")
+        for i in range(len(st)):
+            meta = st.meta(i)
+            if "label" not in st.keys:
+                raise UserError(f"{store_path} has no labelled frames: record them with `robot-rl collect "
+                                "--backend robot --label-frames N` (the success key labels frames)")  # fmt: skip
+            cams = list(cameras if cameras is not None else meta.get("cameras", []))
+            idx, state_layout = proprio_columns(meta.get("state_layout") or {})
+            ep = st.episode(i)
+            if missing := [c for c in cams if c not in ep]:
+                raise UserError(f"{store_path} episode {i} has no camera {missing} (it has {meta.get('cameras')})")
+            this = {"state_layout": state_layout, "cameras": cams,
+                    "image_size": int(ep[cams[0]].shape[1]) if cams else 0,
+                    "crops": {c.get("name"): c.get("crop", []) for c in (meta.get("robot") or {}).get("cameras", [])
+                              if c.get("name") in cams}}  # fmt: skip
+            if layout is not None and this != layout:
+                raise UserError(f"{store_path} episode {i} observes {this}, episode 0 {layout}: one layout per store")
+            layout = this
+            obs = {"state": ep["state"][:, idx].astype(np.float32), **{c: ep[c] for c in cams}}
+            episodes.append(ClassifierData(obs, ep["label"].astype(np.float32)))
+    return episodes, layout
+
+
+def join(parts: list[ClassifierData]) -> ClassifierData:
+    return ClassifierData({k: np.concatenate([p.obs[k] for p in parts]) for k in parts[0].obs},
+                          np.concatenate([p.labels for p in parts]))  # fmt: skip
+
+
+def split_episodes(n: int, val_frac: float, test_frac: float, seed: int) -> tuple[list[int], list[int], list[int]]:
+    """(train, validation, test) episode indices, at least one each."""
+    if n < 3:
+        raise UserError(f"{n} labelled episode(s): need at least 3 (train, validation and test episodes)")
+    order = np.random.default_rng(seed).permutation(n).tolist()
+    n_test, n_val = max(1, round(test_frac * n)), max(1, round(val_frac * n))
+    n_val = min(n_val, n - n_test - 1)
+    return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
+
+
+def train_classifier(
+    store: Path,
+    out: Path,
+    *,
+    cameras: list[str] | None = None,
+    steps: int = 1500,
+    max_fpr: float = 0.01,
+    val_frac: float = 0.2,
+    test_frac: float = 0.2,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Trains on the train episodes, picks the threshold on the validation ones, reports the test ones; saves the
+    classifier (threshold and layout inside) to `out` and returns the report."""
+    torch.manual_seed(seed)
+    episodes, layout = load_frames(store, cameras)
+    tr, va, te = split_episodes(len(episodes), val_frac, test_frac, seed)
+    train, val, test = (join([episodes[i] for i in ids]) for ids in (tr, va, te))
+    state_dim = max(b for _, b in layout["state_layout"].values())
+    clf = RewardClassifier(state_dim, layout["cameras"], layout["image_size"] or 64)
+    clf.encoder.set_state_normalization(torch.from_numpy(train.obs["state"]))
+    try:
+        train_reward_classifier(clf, train, steps, seed=seed)
+    except ValueError as e:
+        raise UserError(f"{store}: training episodes {tr}: {e} (label successes, and frames that are not)") from None
+    val_probs = success_probs(clf, val.obs)
+    threshold = pick_threshold(val_probs, val.labels, max_fpr)
+    clf.threshold.fill_(threshold)
+    test_probs = success_probs(clf, test.obs)
+    report = {
+        "threshold": threshold,
+        "threshold_rule": f"false-positive rate <= {max_fpr} on the validation episodes, most recall, mid-gap",
+        "test": rates_at(test_probs, test.labels, threshold),  # what to quote: episodes nothing was fitted on
+        "test_at_0.5": rates_at(test_probs, test.labels, 0.5),
+        "validation": rates_at(val_probs, val.labels, threshold),
+        "train": rates_at(success_probs(clf, train.obs), train.labels, threshold),
+        "episodes": {"train": sorted(tr), "validation": sorted(va), "test": sorted(te)},
+        "store": str(store),
+        "steps": steps,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_classifier(clf, out, {**layout, "report": report})
+    return report
+
+
+def eval_classifier(path: Path, store: Path, threshold: float | None = None) -> dict[str, Any]:
+    """Rates of a saved classifier on every labelled frame of `store` (e.g. episodes recorded after training)."""
+    clf, meta = load_classifier(path)
+    episodes, layout = load_frames(store, meta["cameras"])
+    if layout["state_layout"] != meta["state_layout"]:
+        raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads {meta['state_layout']}")
+    data = join(episodes)
+    thr = float(clf.threshold) if threshold is None else threshold
+    return {"threshold": thr, "episodes": len(episodes), **rates_at(success_probs(clf, data.obs), data.labels, thr)}
+
+
+def main(argv: list[str]) -> int:
+    """`robot-rl classifier train STORE OUT | eval CLASSIFIER STORE`."""
+    p = argparse.ArgumentParser(prog="robot-rl classifier", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train on labelled frames, pick a threshold, report held-out episodes")
+    t.add_argument("store", type=Path, help="a store recorded with `collect --label-frames N`")
+    t.add_argument("out", type=Path, help="the classifier file to write (.safetensors): reward.classifier_path=")
+    t.add_argument("--cameras", default=None, help="comma-separated cameras (default: all the store recorded)")
+    t.add_argument("--steps", type=int, default=1500, help="gradient steps")
+    t.add_argument("--max-fpr", type=float, default=0.01, help="false-positive rate the threshold allows")
+    t.add_argument("--val", type=float, default=0.2, help="fraction of episodes that pick the threshold")
+    t.add_argument("--test", type=float, default=0.2, help="fraction of episodes held out for the report")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=0, help="torch threads (0: the fastest count, measured, as `train`)")
+    e = sub.add_parser("eval", help="precision / recall / false-positive rate on a labelled store")
+    e.add_argument("classifier", type=Path)
+    e.add_argument("store", type=Path)
+    e.add_argument("--threshold", type=float, default=None, help="instead of the one saved with the classifier")
+    ns = p.parse_args(argv)
+    if ns.cmd == "train":
+        if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1):
+            raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1)")
+        cams = [c for c in ns.cameras.split(",") if c] if ns.cameras is not None else None
+        torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads on a small box: 20x slower
+        report = train_classifier(ns.store, ns.out, cameras=cams, steps=ns.steps, max_fpr=ns.max_fpr,
+                                  val_frac=ns.val, test_frac=ns.test, seed=ns.seed)  # fmt: skip
+        print(f"saved {ns.out}; test episodes {report['episodes']['test']}: {report['test']}", file=sys.stderr)
+    else:
+        report = eval_classifier(ns.classifier, ns.store, ns.threshold)
+    print(json.dumps(report, indent=1))
+    return 0

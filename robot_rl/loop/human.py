@@ -1,0 +1,75 @@
+"""Who acts besides the policy (`intervention.*`): the simulated human in sim, a teleop device, or nobody.
+
+One factory for the in-process trainer and the actor node. An intervener is called with (env, policy action) before
+each step and returns (executed action, whether the person acted); a device intervener also holds the person's
+verdict on the step (`verdict`: their success / failure key), which the actor applies over the reward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
+from robot_rl.errors import UserError
+from robot_rl.sim.experts import SimulatedHuman
+
+if TYPE_CHECKING:
+    from robot_rl.config import TrainConfig
+
+
+class DeviceIntervener:
+    """A teleop device in the training loop: while its intervene toggle is on, its command is the action.
+
+    `keys`: its success / failure keys are the person's verdict on the step (`verdict`), read by the actor after
+    the step: success ends the episode with reward 1, failure ends it (truncated) with reward 0."""
+
+    def __init__(self, device: TeleopDevice, keys: bool = True) -> None:
+        self.device, self.keys = device, keys
+        self.verdict: str | None = None
+
+    def reset(self) -> None:
+        self.device.reset()
+        self.verdict = None
+
+    def set_progress(self, env_steps: int) -> None:
+        """A person keeps their own sense of how training goes (the simulated operator counts its own steps)."""
+
+    def __call__(self, env: gym.Env, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
+        cmd = self.device.poll(env)
+        said = [e for e in ("success", "failure") if e in cmd.events] if self.keys else []
+        self.verdict = said[0] if said else None
+        if cmd.intervene:
+            return to_action(cmd, len(policy_action)), True
+        return policy_action, False
+
+    def close(self) -> None:
+        self.device.close()
+
+
+def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator") -> object | None:
+    """The run's intervener: None, the simulated human (sim), or a `DeviceIntervener` around the named device."""
+    c = cfg.intervention
+    if not c.enabled:
+        return None
+    if not c.device:
+        if cfg.robot is not None:
+            raise UserError(f"robot={cfg.robot.name}: the simulated human needs the simulator's object state; set "
+                            "intervention.device=spacemouse|gamepad|keyboard|simulated, or "
+                            "intervention.enabled=false")  # fmt: skip
+        return SimulatedHuman(c, seed=seed)
+    if c.device == "simulated":
+        if cfg.robot is None:
+            raise UserError("intervention.device=simulated watches the sim robot's scene: add robot=sim")
+        from robot_rl.demos.teleop.simulated import SimulatedOperator
+        from robot_rl.real.scene import SceneWatcher
+
+        device = SimulatedOperator(SceneWatcher(cfg.robot, node_name=node_name), c, seed)
+    else:
+        try:
+            device = make_device(c.device, seed)
+        except ValueError as e:
+            raise UserError(f"intervention.device={c.device}: {e}") from None
+    return DeviceIntervener(device, keys=cfg.reward.keys)
