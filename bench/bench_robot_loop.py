@@ -138,7 +138,6 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
                 raise
             faults.append(str(e).strip().splitlines()[-1])
             state_path.write_text(json.dumps(state, indent=1))
-        prune(run / "checkpoints")
     return state
 
 
@@ -148,15 +147,6 @@ def spent_minutes(run_dir: Path) -> float:
     if not latest.exists():
         return 0.0
     return json.loads((run_dir / "checkpoints" / latest.read_text() / "counters.json").read_text())["wall_clock_s"] / 60
-
-
-def prune(ckpts: Path) -> None:
-    """Keeps the latest checkpoint only (each holds both replay buffers whole)."""
-    if (ckpts / "latest").exists():
-        keep = (ckpts / "latest").read_text()
-        for d in ckpts.iterdir():
-            if d.is_dir() and d.name != keep:
-                shutil.rmtree(d, ignore_errors=True)
 
 
 def unfinished(summary: Path, env_steps: int) -> bool:

@@ -58,7 +58,9 @@ def save_checkpoint(
     config_yaml: str,
     buffers: Mapping[str, ReplayBuffer] | None = None,
 ) -> Path:
-    """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it."""
+    """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it. Only the latest checkpoint keeps
+    replay buffers (a resume reads the latest; older ones keep the policy for eval and replay): a pixel run's buffers
+    are gigabytes per checkpoint."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / name
     tmp = ckpt_root / f".{name}.tmp-{os.getpid()}"
@@ -81,10 +83,14 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    previous = (ckpt_root / LATEST).read_text().strip() if (ckpt_root / LATEST).exists() else name
     latest_tmp = ckpt_root / f".{LATEST}.tmp-{os.getpid()}"
     latest_tmp.write_text(name)
     os.replace(latest_tmp, ckpt_root / LATEST)
     _fsync_dir(ckpt_root)
+    if buffers and previous != name:  # only now: a crash before the pointer moved leaves the old one whole
+        for f in (ckpt_root / previous).glob("buffer_*.npz"):
+            f.unlink()
     return final
 
 
