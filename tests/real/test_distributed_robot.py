@@ -62,7 +62,10 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
             )  # fmt: skip
 
             def wait_steps(n: int, what: str) -> None:
-                peer.spin_until(lambda: latest(run) >= n or launch.poll() is not None, 90, what)
+                try:
+                    peer.spin_until(lambda: latest(run) >= n or launch.poll() is not None, 90, what)
+                except TimeoutError as e:  # the launch log says which side stalled
+                    raise AssertionError(f"{e} (checkpoint at {latest(run)})\n{log_path.read_text()[-3000:]}") from e
                 assert launch.poll() is None, log_path.read_text()[-3000:]
 
             wait_steps(100, "a first checkpoint")
