@@ -3,6 +3,7 @@ learner off it, and SIGKILLs of the actor, the learner and the sim robot mid-run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,6 +52,7 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
          "loop.eval_every=0", "loop.checkpoint_every=50", "loop.final_eval_episodes=1", f"run_dir={run}",
          "threads=1", "profile=cpu"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # a failed test kills launch's learner and actor too, not only launch
     )  # fmt: skip
     poses: list = []
     try:
@@ -88,9 +90,9 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
         assert launch.wait() == 0, log_path.read_text()[-3000:]
     finally:
         stop(sim)
-        if launch.poll() is None:
-            launch.kill()
-            launch.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launch.pid, signal.SIGKILL)  # leftover nodes would talk on this domain in later tests
+        launch.wait()
         log.close()
     out = log_path.read_text()
     # The learner resumed from what it had committed, and nothing an actor sent to a live learner was lost.
