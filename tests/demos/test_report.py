@@ -78,8 +78,14 @@ def test_html_report_plays_h264_names_state_fields_and_shows_every_episode(demo_
     assert img.reshape(-1, 3).std(axis=0).max() > 10  # not a blank page: tables and plots rendered
     probe = out / "probe.html"
     probe.write_text(page.replace("</body>", _PROBE + "</body>"))
-    dom = _chromium_run(browser, probe, "--virtual-time-budget=10000", "--dump-dom").stdout
-    states = json.loads(html.unescape(re.search(r'data-videos="([^"]*)"', dom).group(1)))
-    assert len(states) == 3
-    for v in states:  # decoded (H.264 in a browser) and playing
-        assert v["error"] is None and v["ready"] >= 2 and v["width"] > 0 and v["t"] > 0, states
+    played = [False] * 3
+    for _ in range(3):  # virtual time can run out before a loaded box starts decoding: a video must play in one try
+        dom = _chromium_run(browser, probe, "--virtual-time-budget=10000", "--dump-dom").stdout
+        states = json.loads(html.unescape(re.search(r'data-videos="([^"]*)"', dom).group(1)))
+        assert len(states) == 3
+        for i, v in enumerate(states):  # decoded (H.264 in a browser) and playing
+            assert v["error"] is None, states
+            played[i] |= v["ready"] >= 2 and v["width"] > 0 and v["t"] > 0
+        if all(played):
+            break
+    assert all(played), states
