@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
-from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import percentiles_ms
 
@@ -169,7 +169,7 @@ def deploy(
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl deploy", description="run a checkpoint's policy on a robot")
     p.add_argument("checkpoint", type=Path, help="a run dir (its final or latest checkpoint) or a checkpoint folder")
-    p.add_argument("--robot", default="sim", help="sim | franka | ur5e | path to a robot yaml")
+    add_robot_args(p, "sim")
     p.add_argument("--episodes", type=int, default=10, help="episodes to run")
     p.add_argument("--hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
     p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
@@ -180,13 +180,9 @@ def main(argv: list[str]) -> int:
         help="human takeover device (the scripted expert needs sim state, so it is not offered)",
     )
     p.add_argument("--seed", type=int, default=2_000_000, help="first episode seed (reset=topic robots)")
-    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
     p.add_argument("--quiet", action="store_true", help="no live status line")
-    p.add_argument("overrides", nargs="*", help="robot config overrides, key=value (e.g. safety.max_velocity=0.2)")
     ns = p.parse_intermixed_args(argv)
-    robot = load_robot_config(ns.robot, ns.overrides)
-    if ns.domain is not None:
-        robot.domain_id = ns.domain
+    robot = robot_from_args(ns)
     if ns.hz is not None and not 1.0 <= ns.hz <= 100.0:
         p.error("--hz must be within 1..100")
     device = make_device(ns.teleop) if ns.teleop != "none" else None

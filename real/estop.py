@@ -11,7 +11,7 @@ import sys
 import time
 
 from robot_rl.real import msgs
-from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 
 __all__ = ["main", "publish_estop"]
 _SETTLE_S = 1.0
@@ -43,13 +43,10 @@ def publish_estop(robot: RobotConfig, pressed: bool, wait_s: float) -> tuple[str
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl estop", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("action", choices=("press", "release"), help="press: stop the robot and hold; release: clear it")
-    p.add_argument("--robot", default="sim", help="sim | franka | ur5e | path to a robot yaml (names the topic)")
-    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
+    add_robot_args(p, "sim", overrides=False)
     p.add_argument("--wait", type=float, default=10.0, help="seconds to wait for a node that listens on the e-stop")
     ns = p.parse_args(argv)
-    robot = load_robot_config(ns.robot)
-    if ns.domain is not None:
-        robot.domain_id = ns.domain
+    robot = robot_from_args(ns)
     topic, heard = publish_estop(robot, ns.action == "press", max(0.0, ns.wait))
     done = "pressed" if ns.action == "press" else "released"
     if not heard:

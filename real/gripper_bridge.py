@@ -16,12 +16,12 @@ import argparse
 import importlib
 import logging
 import math
-import signal
 import threading
 from typing import Any
 
 from robot_rl.errors import UserError
-from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
+from robot_rl.real.timing import stop_on_signals
 
 log = logging.getLogger("robot_rl.gripper_bridge")
 
@@ -111,18 +111,12 @@ class GripperBridge:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl gripper-bridge", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    p.add_argument("--robot", default="franka", help="franka | ur5e | a robot yaml (names the topic and the action)")
-    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
-    p.add_argument("overrides", nargs="*", help="robot config overrides, key=value (e.g. gripper_bridge.max_effort=40)")
+    add_robot_args(p, "franka")
     ns = p.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gripper-bridge %(levelname)s %(message)s")
-    robot = load_robot_config(ns.robot, ns.overrides)
-    if ns.domain is not None:
-        robot.domain_id = ns.domain
+    robot = robot_from_args(ns)
     bridge = GripperBridge(robot)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     log.info("%s (std_msgs/Float64 opening) -> %s (%s)", robot.gripper_topic, robot.gripper_bridge.action,
              robot.gripper_bridge.action_type)  # fmt: skip
     try:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import signal
 import threading
 import time
 from collections import deque
@@ -44,9 +43,10 @@ import mujoco
 import numpy as np
 
 from robot_rl.real import msgs
-from robot_rl.real.config import RobotConfig, load_robot_config
+from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
+from robot_rl.real.timing import stop_on_signals
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
 from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
@@ -324,8 +324,7 @@ class SimRobot:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="robot-rl sim-robot", description="serve the MuJoCo arm on robot topics")
-    p.add_argument("--robot", default="sim", help="robot config (topics, frames): sim | franka | ur5e | file.yaml")
-    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
+    add_robot_args(p, "sim")
     p.add_argument("--task", default="PickCube")
     p.add_argument("--hz", type=float, default=100.0, help="physics/publish rate")
     p.add_argument(
@@ -354,12 +353,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
-    p.add_argument("overrides", nargs="*", help="robot config overrides, key=value")
     ns = p.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim-robot %(levelname)s %(message)s")
-    robot = load_robot_config(ns.robot, ns.overrides)
-    if ns.domain is not None:
-        robot.domain_id = ns.domain
+    robot = robot_from_args(ns)
     rand = RandomizationConfig(
         friction_scale=tuple(ns.friction), mass_scale=tuple(ns.mass), damping_scale=tuple(ns.damping),
         camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1],
@@ -370,9 +366,7 @@ def main(argv: list[str]) -> int:
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
         control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,
     )  # fmt: skip
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     node = SimRobot(cfg, robot)
     mode = f"lockstep at {cfg.control_hz:g} Hz control" if cfg.lockstep else "real time"
     log.info("serving %s on domain %d, namespace %s at %.0f Hz (%s)", cfg.task, robot.domain_id, robot.namespace,

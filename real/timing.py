@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import numpy as np
@@ -59,3 +61,11 @@ def percentiles_ms(samples: list[float]) -> tuple[float, float]:
         return float("nan"), float("nan")
     a = 1e3 * np.asarray(samples)
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
+
+
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set, so a node's loop ends cleanly and closes what it opened."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
