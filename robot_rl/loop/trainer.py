@@ -542,6 +542,8 @@ def train(cfg: TrainConfig) -> Path:
     actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
+    if cfg.loop.eval_at_start and learner.env_steps == 0:
+        run.evaluate(cfg.loop.eval_episodes)
     try:
         while not run.done:
             if human is not None:
