@@ -543,7 +543,7 @@ def train(cfg: TrainConfig) -> Path:
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
     if cfg.loop.eval_at_start and learner.env_steps == 0:
-        run.evaluate(cfg.loop.eval_episodes)
+        run.evaluate(cfg.loop.final_eval_episodes)
     try:
         while not run.done:
             if human is not None:
