@@ -20,7 +20,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import PRIVILEGED_FIELDS
 
 # 20 demos, then at most 2000 env steps (200 robot seconds at 10 Hz), stopping once an evaluation of 10 episodes
-# every 250 steps reaches 0.8: seeds 0 and 1 got there at 1000 and 1250.
+# every 250 steps reaches 0.8: training seeds 0, 1, 2 got there at 1000, 1000, 1250 (docs/benchmarks.md).
 DEMOS, HOLD, WANDER, STEPS, EPISODES = 20, 5, 6, 2000, 20
 CAMERAS = "front,wrist"
 
@@ -53,12 +53,13 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
         run("collect", str(out.store), "--backend", "robot", "--robot", "sim", "--domain", str(domain), "--robot-set",
             "lockstep=true", "-n", str(DEMOS), "--device", "simulated", "--label-frames", str(HOLD), "--wander",
             str(WANDER), "--obs", "pixels", "--cameras", CAMERAS, "--no-fsync")  # fmt: skip
-        out.report = json.loads(run("classifier", "train", str(out.store), str(out.classifier), "--steps", "100",
+        out.report = json.loads(run("classifier", "train", str(out.store), str(out.classifier), "--steps", "50",
                                     "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip
         # As the bench: the workspace a lab would measure around the task, the baseline evaluated in the same run.
         run("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "obs=pixels",
-            f"env.cameras=[{CAMERAS}]", "threads=1", "robot.safety.workspace_lo=[0.38,-0.2,0.01]",
-            "robot.safety.workspace_hi=[0.62,0.2,0.25]", "loop.buffer_capacity=4000", f"demos.path={out.store}",
+            f"env.cameras=[{CAMERAS}]", "sac.trunk_pretrain_steps=250", "threads=1", "loop.buffer_capacity=4000",
+            "robot.safety.workspace_lo=[0.38,-0.2,0.01]", "robot.safety.workspace_hi=[0.62,0.2,0.25]",
+            f"demos.path={out.store}",
             "reward.source=classifier", f"reward.classifier_path={out.classifier}", "reward.keys=false",
             "intervention.device=simulated", "intervention.trigger=no_progress", "intervention.patience=5",
             f"loop.env_steps={STEPS}", "loop.eval_every=250", "loop.eval_episodes=10", "loop.stop_at_success=0.8",
@@ -107,4 +108,4 @@ def test_the_trained_policy_picks_the_cube_where_the_untrained_one_does_not(loop
     assert untrained["env_steps"] == 0 and trained["env_steps"] == loop.summary["env_steps"] > 0
     assert untrained["episodes"] == trained["episodes"] == EPISODES
     assert untrained["success_rate"] <= 0.1, untrained
-    assert trained["success_rate"] >= 0.5, trained  # measured 0.8 (seed 0); training off: 0.0
+    assert trained["success_rate"] >= 0.5, trained  # measured 0.85 (seed 0); with learning off 0.0
