@@ -56,6 +56,8 @@ class LoopConfig:
     learning_starts: int = 0  # with demos in the mix, learning can start at once (RLPD)
     sync_every: int = 1  # env steps between weight pushes from learner to actor
     eval_every: int = 1000  # env steps between evaluations
+    # evaluate the untrained policy at env step 0 on the final evaluation's episodes: the baseline, in the same run
+    eval_at_start: bool = False
     eval_episodes: int = 20
     final_eval_episodes: int = 50
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables)

@@ -416,6 +416,8 @@ class TrainingRun:
         self.bar = tqdm(total=cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
                         mininterval=2.0)  # fmt: skip
         self._check_budget()
+        if cfg.loop.eval_at_start and self.learner.env_steps == 0:  # the baseline (not again on a resume)
+            self.evaluate(cfg.loop.final_eval_episodes)
 
     @property
     def wall_clock_s(self) -> float:
