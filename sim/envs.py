@@ -96,10 +96,12 @@ class EnvConfig:
     # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
     # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
     ee_force_limit: float = 50.0
-    # Reward of the step that trips `ee_force_limit`, a true terminal (the critic does not bootstrap past it). At 0
-    # a stop is worth what any failure is worth and the policies kept fast impacts (3-10 % of nominal episodes
-    # stopped); at -1 the critic learns to slow down before contact (docs/sim_to_real.md, "Forces").
+    # What forces cost in the reward (docs/sim_to_real.md, "Forces"). The step that trips `ee_force_limit` is a
+    # true terminal (no bootstrapping past it) worth `safety_reward`; every other step short of success pays
+    # force_cost * (its peak EE force / ee_force_limit)^2, so the many touches under the limit teach the critic to
+    # slow down before contact, not only the rare stops (the expert's <= 15 N grasps pay <= 0.09). A success is 1.
     safety_reward: float = -1.0
+    force_cost: float = 1.0
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
@@ -275,8 +277,12 @@ class PandaEnv(gym.Env):
         success = self._success() and not unsafe
         if unsafe:
             reward = self.cfg.safety_reward
+        elif success:
+            reward = 1.0
         else:
-            reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" else 0.0)
+            reward = self._dense_reward() if self.cfg.reward == "dense" else 0.0
+            if self.cfg.ee_force_limit > 0.0:
+                reward -= self.cfg.force_cost * (mon.step_ee_force / self.cfg.ee_force_limit) ** 2
         terminated = unsafe or (success and self.cfg.terminate_on_success)
         truncated = not terminated and self._t >= self.max_episode_steps
         info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}

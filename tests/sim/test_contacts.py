@@ -106,3 +106,24 @@ def test_a_safety_stop_ends_a_classifier_rewarded_episode_too() -> None:
         if terminated or truncated:
             break
     assert terminated and not truncated and info["safety_failure"] and reward == EnvConfig().safety_reward < 0.0
+
+
+def test_touches_under_the_limit_cost_the_squared_force() -> None:
+    """Closed fingers lowered slowly onto the cube: no stop, and every step short of success pays
+    force_cost * (its peak EE force / limit)^2, so the critic sees contact before it ever trips the limit."""
+    cfg = EnvConfig()
+    env = make_env(cfg, seed=0)
+    u = env.unwrapped
+    env.reset(seed=0)
+    policy, steps = _PressPolicy(env), []
+    for _ in range(12):
+        env.step(policy.select_action(None))
+    for _ in range(20):
+        _, reward, terminated, _, info = env.step(np.array([0.0, 0.0, -0.3, 1.0]))
+        steps.append((reward, u.contacts.step_ee_force))
+        assert not terminated
+    forces = np.array([f for _, f in steps])
+    assert forces.max() > 10.0 and info["peak_ee_force"] < cfg.ee_force_limit
+    expected = [-cfg.force_cost * (f / cfg.ee_force_limit) ** 2 for f in forces]
+    np.testing.assert_allclose([r for r, _ in steps], expected)
+    assert min(expected) < -0.04
