@@ -4,7 +4,8 @@ Control: the action moves a target pose (a mocap body) relative to the measured 
 Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
 sim/assets/panda.xml. One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
 (sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
-`safety_failure` (the end-effector force limit tripped; the episode ends) and the episode's contact peaks.
+`safety_failure` (the end-effector force limit tripped; the episode ends, rewarded `safety_reward`; other steps
+short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
