@@ -4,7 +4,8 @@ Control: the action moves a target pose (a mocap body) relative to the measured 
 Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
 sim/assets/panda.xml. One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
 (sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
-`safety_failure` (the end-effector force limit tripped; the episode ends) and the episode's contact peaks.
+`safety_failure` (the end-effector force limit tripped; the episode ends, rewarded `safety_reward`; other steps
+short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
@@ -96,6 +97,12 @@ class EnvConfig:
     # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
     # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
     ee_force_limit: float = 50.0
+    # What forces cost in the reward (docs/sim_to_real.md, "Forces"). The step that trips `ee_force_limit` is a
+    # true terminal (no bootstrapping past it) worth `safety_reward`; every other step short of success pays
+    # force_cost * (its peak EE force / ee_force_limit)^2, so the many touches under the limit teach the critic to
+    # slow down before contact, not only the rare stops (the expert's <= 15 N grasps pay <= 0.09). A success is 1.
+    safety_reward: float = -1.0
+    force_cost: float = 1.0
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
@@ -269,7 +276,14 @@ class PandaEnv(gym.Env):
 
         unsafe = 0.0 < self.cfg.ee_force_limit < mon.step_ee_force
         success = self._success() and not unsafe
-        reward = 1.0 if success else (self._dense_reward() if self.cfg.reward == "dense" and not unsafe else 0.0)
+        if unsafe:
+            reward = self.cfg.safety_reward
+        elif success:
+            reward = 1.0
+        else:
+            reward = self._dense_reward() if self.cfg.reward == "dense" else 0.0
+            if self.cfg.ee_force_limit > 0.0:
+                reward -= self.cfg.force_cost * (mon.step_ee_force / self.cfg.ee_force_limit) ** 2
         terminated = unsafe or (success and self.cfg.terminate_on_success)
         truncated = not terminated and self._t >= self.max_episode_steps
         info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}

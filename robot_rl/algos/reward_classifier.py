@@ -183,7 +183,8 @@ class ClassifierReward(gym.Wrapper):
 
     The env's `terminated` is its own success check (the sim's, or a robot's success topic), so it is ignored:
     the episode ends on the classifier's verdict or on the time limit, counted here (a robot env does not
-    truncate in a step where its success topic says yes)."""
+    truncate in a step where its success topic says yes). A safety stop (`info["safety_failure"]`, the sim arm's
+    force limit) is the exception: it ends the episode with the env's penalty whatever the frames look like."""
 
     def __init__(self, env: gym.Env, clf: RewardClassifier, threshold: float | None = None) -> None:
         super().__init__(env)
@@ -196,8 +197,10 @@ class ClassifierReward(gym.Wrapper):
         return self.env.reset(**kwargs)
 
     def step(self, action):
-        obs, _, _, truncated, info = self.env.step(action)
+        obs, reward, _, truncated, info = self.env.step(action)
         self._t += 1
+        if info.get("safety_failure"):
+            return obs, float(reward), True, False, info
         p = self.clf.success_prob(obs)
         detected = p > self.threshold
         info["classifier_prob"] = p
