@@ -49,6 +49,16 @@ SHIFTS: dict[str, dict] = {
         "table_height": (0.015, 0.015),
     },  # fmt: skip
 }
+# `--ablation`: one observation change at a time (PickCube), on the shifts they are meant for.
+ABLATION: dict[str, tuple[str, tuple[str, ...]]] = {
+    "none, absolute": ("none", ("env.obs_frame=absolute",)),
+    "none, relative": ("none", ("env.obs_frame=relative",)),
+    "robust, absolute": ("robust", ("env.obs_frame=absolute",)),
+    "robust, relative": ("robust", ("env.obs_frame=relative",)),
+    "robust, relative, no last_action": ("robust", ("env.obs_frame=relative",
+                                                    "env.randomization.observe_last_action=false")),
+}  # fmt: skip
+ABLATION_SHIFTS = ("latency 2 steps", "obs delay 2 steps", "table +2.5 cm", "starts 10-13 cm out")
 TASK_OVERRIDES = {"PegInsert": {"object x1.25": ("object x0.8", {"object_size_scale": (0.8, 0.8)})}}
 
 
@@ -60,10 +70,12 @@ def shifts(task: str) -> dict[str, dict]:
     return out
 
 
-def train(run_dir: Path, task: str, preset: str, seed: int, threads: int) -> Path:
-    """The main job for `task` with one randomisation preset; returns the run dir."""
+def train(run_dir: Path, task: str, preset: str, seed: int, threads: int, overrides: tuple[str, ...] = ()) -> Path:
+    """The main job for `task` with one randomisation preset (and any further Hydra overrides); returns the run
+    dir."""
     cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"task={TASK_CONFIG[task]}", f"run_dir={run_dir}",
-           f"randomization={preset}", f"seed={seed}", "loop.checkpoint_every=0", f"threads={threads}"]  # fmt: skip
+           f"randomization={preset}", f"seed={seed}", "loop.checkpoint_every=0", f"threads={threads}",
+           *overrides]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return run_dir
 
@@ -102,8 +114,9 @@ def cell(env_cfg, policy_for, episodes: int) -> dict:
             "max_penetration_mm": 1000 * res.max_penetration, "safety_failures": res.safety_failure_rate}  # fmt: skip
 
 
-def measure(task: str, name: str, run_dir: Path | None, episodes: int) -> list[dict]:
-    """All cells of one checkpoint (run_dir) or, with run_dir None, of the expert."""
+def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tuple[str, ...] = ()) -> list[dict]:
+    """All cells (or the `only` ones, nominal always) of one checkpoint (run_dir) or, with run_dir None, of the
+    expert."""
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim.envs import EnvConfig
     from robot_rl.sim.randomization import RandomizationConfig
@@ -113,9 +126,12 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int) -> list[d
     else:
         policy, cfg = load_policy(run_dir / "checkpoints" / "final")
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
-    observe_last = base.randomization.observe_last_action  # the observation layout carries over, nothing else
+    # The observation layout (`obs_frame`, `last_action`) carries over, nothing else of the training randomisation.
+    observe_last = base.randomization.observe_last_action
     rows, nominal = [], None
     for shift, fields in shifts(task).items():
+        if only and shift != "nominal" and shift not in only:
+            continue
         rand = RandomizationConfig(observe_last_action=observe_last, **fields)
         got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes)
         if nominal is None:
@@ -151,15 +167,32 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def ablation(episodes: int, seeds: tuple[int, ...], runs: dict[str, Path], threads: int, tmp: Path) -> list[dict]:
+    """PickCube: each `ABLATION` variant trained per seed, measured on nominal and `ABLATION_SHIFTS`."""
+    rows: list[dict] = []
+    for name, (preset, overrides) in ABLATION.items():
+        for seed in seeds:
+            key = f"ablation/{name}/{seed}"
+            if key not in runs:
+                run_dir = tmp / f"ablation_{name.replace(', ', '_').replace(' ', '_')}_{seed}"
+                runs[key] = train(run_dir, "PickCube", preset, seed, threads, overrides)
+            rows += measure("PickCube", f"{name} s{seed}", runs[key], episodes, ABLATION_SHIFTS)
+    return rows
+
+
 def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = None, threads: int = 0,
-         out: Path | None = None) -> list[dict]:  # fmt: skip
-    """`runs` maps "TASK/PRESET/SEED" to finished run dirs; the missing ones of the plan are trained."""
+         out: Path | None = None, ablate: bool = False) -> list[dict]:  # fmt: skip
+    """`runs` maps "TASK/PRESET/SEED" (with `ablate`: "ablation/VARIANT/SEED") to finished run dirs; the missing
+    ones of the plan are trained."""
     episodes = episodes or (10 if quick else 40)
     tasks = ("PickCube",) if quick else ("PickCube", "PegInsert")
     seeds = (0,) if quick else (0, 1)
     runs = dict(runs or {})
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="transfer_") as tmp:
+        if ablate:
+            rows = ablation(episodes, seeds, runs, threads, Path(tmp))
+            tasks = ()
         for task in tasks:
             rows += measure(task, "expert", None, episodes)
             for preset in ("none", "robust"):
@@ -171,8 +204,9 @@ def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = 
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         doc = {"shifts": SHIFTS, "runs": {k: str(v) for k, v in runs.items()}, "episodes": episodes, "rows": rows}
-        (out / "transfer.json").write_text(json.dumps(doc, indent=1))
-        (out / "transfer.md").write_text(to_markdown(rows) + "\n")
+        stem = "transfer_ablation" if ablate else "transfer"
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        (out / f"{stem}.md").write_text(to_markdown(rows) + "\n")
     return rows
 
 
@@ -184,7 +218,8 @@ if __name__ == "__main__":
                    help="a finished run dir to measure instead of training it")  # fmt: skip
     p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
     p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--ablation", action="store_true", help="the observation ablation (ABLATION) instead of the suite")
     a = p.parse_args()
     given = dict(r.split("=", 1) for r in a.run)
-    result = main(a.quick, a.episodes, {k: Path(v) for k, v in given.items()}, a.threads, a.out)
+    result = main(a.quick, a.episodes, {k: Path(v) for k, v in given.items()}, a.threads, a.out, a.ablation)
     print(to_markdown(result))
