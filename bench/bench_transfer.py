@@ -1,17 +1,20 @@
-"""Held-out transfer suite (issue #15): each shift family at a value *outside* what `randomization=robust` samples.
+"""Held-out transfer suite (issue #15): each shift family at a value *outside* what the DR presets sample.
 
-For every task, preset (`none`, `robust`) and training seed, the final checkpoint is evaluated in-process on the
-nominal env and on each shift (`SHIFTS`, RandomizationConfig fields pinned to one value; the checkpoint's own
-training randomisation is dropped, only its observation layout kept). The privileged scripted expert runs the same
-cells as a control row: where it succeeds, the shift is solvable. Every cell reports success with a Wilson 95 % CI,
-"kept" (shifted / nominal success of the same checkpoint, bootstrap 95 % CI), the per-episode peak end-effector
-force (max and median), the deepest object penetration and the share of episodes ended by the force limit.
+For every task, preset (`PRESETS`: `none`, and `robust` for PickCube, `robust_peg` for PegInsert) and training seed,
+the final checkpoint is evaluated in-process on the nominal env and on each shift (`SHIFTS`, RandomizationConfig
+fields pinned to one value; the checkpoint's own training randomisation is dropped, only its observation layout
+kept). The privileged scripted expert runs the same cells as a control row: where it succeeds, the shift is
+solvable. Every cell reports success with a Wilson 95 % CI, "kept" (shifted / nominal success of the same
+checkpoint, bootstrap 95 % CI), the per-episode peak end-effector force (max and median), the deepest object
+penetration and the share of episodes ended by the force limit.
 
-Run: `.venv/bin/python bench/bench_transfer.py [--quick] [--episodes 40] [--run TASK/PRESET/SEED=RUN_DIR ...]`
-(`--run` takes finished run dirs instead of training them); also `bench/run.py --only transfer [--quick]`. Writes
-`bench/results/transfer.json` and `.md`. The full suite (2 tasks x 2 presets x 2 seeds, 40 episodes x 11 cells)
-trains 8 runs, PegInsert ones for up to 15 min each: hours on a 2-core box. `--quick` runs PickCube only, 10 episodes
-per cell, one seed per preset: a smoke run, not numbers to quote.
+Run: `.venv/bin/python bench/bench_transfer.py [--quick] [--episodes 40] [--tasks PickCube] [--run
+TASK/PRESET/SEED=RUN_DIR ...]` (`--run` takes finished run dirs instead of training them); also `bench/run.py --only
+transfer [--quick]`. Writes `bench/results/transfer.json` and `.md`. The full suite (2 tasks x 2 presets x 2 seeds,
+40 episodes x 11 cells) trains 8 runs, PegInsert ones for up to 15 min each: hours on a 2-core box. `--quick` runs
+PickCube only, 10 episodes per cell, one seed per preset: a smoke run, not numbers to quote. `--ablation` trains and
+measures `ABLATION` instead: the observation frame and `last_action`, one change at a time
+(`transfer_ablation.json`/`.md`).
 """
 
 from __future__ import annotations
@@ -189,11 +192,11 @@ def ablation(episodes: int, seeds: tuple[int, ...], runs: dict[str, Path], threa
 
 
 def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = None, threads: int = 0,
-         out: Path | None = None, ablate: bool = False) -> list[dict]:  # fmt: skip
+         out: Path | None = None, ablate: bool = False, tasks: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
     """`runs` maps "TASK/PRESET/SEED" (with `ablate`: "ablation/VARIANT/SEED") to finished run dirs; the missing
     ones of the plan are trained."""
     episodes = episodes or (10 if quick else 40)
-    tasks = ("PickCube",) if quick else ("PickCube", "PegInsert")
+    tasks = tasks or (("PickCube",) if quick else ("PickCube", "PegInsert"))
     seeds = (0,) if quick else (0, 1)
     runs = dict(runs or {})
     rows: list[dict] = []
@@ -228,7 +231,11 @@ if __name__ == "__main__":
     p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--ablation", action="store_true", help="the observation ablation (ABLATION) instead of the suite")
+    p.add_argument("--tasks", default="", help="comma list of tasks (default PickCube,PegInsert; --quick PickCube)")
     a = p.parse_args()
     given = dict(r.split("=", 1) for r in a.run)
-    result = main(a.quick, a.episodes, {k: Path(v) for k, v in given.items()}, a.threads, a.out, a.ablation)
+    tasks = tuple(t for t in a.tasks.split(",") if t)
+    if unknown := set(tasks) - set(TASK_CONFIG):
+        p.error(f"unknown tasks {sorted(unknown)}; choose from {list(TASK_CONFIG)}")
+    result = main(a.quick, a.episodes, {k: Path(v) for k, v in given.items()}, a.threads, a.out, a.ablation, tasks)
     print(to_markdown(result))
