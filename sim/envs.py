@@ -25,7 +25,6 @@ dimension says (as in HIL-SERL insertion tasks), so the policy only learns the c
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,7 +241,7 @@ class PandaEnv(gym.Env):
         if self._relative:
             self._obj_start = self._noisy(d.xpos[self._obj_body].copy())  # where a tracker saw it
         obs = self._observe()
-        self._obs_queue = deque(obs for _ in range(math.ceil(self._randomizer.obs_delay)))
+        self._obs_queue = deque(obs for _ in range(self._randomizer.obs_delay))
         return obs, {"success": self._success(), "safety_failure": False, **self.contacts.peaks.as_info()}
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
@@ -351,16 +350,13 @@ class PandaEnv(gym.Env):
         return layout
 
     def _delayed(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The observation `obs_delay` steps old (a fractional delay blends the states of the steps around it), with
-        this step's `last_action` (the policy's own, never late)."""
+        """The observation `obs_delay` steps old, with this step's `last_action` (the policy's own, never late)."""
         if not self._obs_queue:
             return obs
         self._obs_queue.append(obs)
         old = self._obs_queue.popleft()
-        newer = math.ceil(self._randomizer.obs_delay) - self._randomizer.obs_delay  # the next step's weight
-        state = old["state"] if newer == 0.0 else (1.0 - newer) * old["state"] + newer * self._obs_queue[0]["state"]
-        old = {**old, "state": state.astype(np.float32)}  # a copy either way: the queue keeps its own
         if "last_action" in self.state_layout:
+            old = {**old, "state": old["state"].copy()}
             old["state"][self.state_layout["last_action"]] = obs["state"][self.state_layout["last_action"]]
         return old
 

@@ -48,12 +48,10 @@ class RandomizationConfig:
     # Arm lag: the impedance controller's stiffness and damping (arm=osc), one factor each per episode.
     arm_stiffness_scale: tuple[float, float] = (1.0, 1.0)
     arm_damping_scale: tuple[float, float] = (1.0, 1.0)
-    # Control steps by which the observation lags the physics (camera/state pipeline): uniform in `obs_delay` ..
-    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). A fractional delay blends the
-    # states of the two control steps around it (a sensor pipeline is not aligned to the control clock); images
-    # take the older frame. `last_action` is never delayed.
-    obs_delay: float = 0.0
-    obs_delay_max: float = 0.0
+    # Control steps by which the observation lags the physics (camera/state pipeline): `obs_delay` ..
+    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_action` is never delayed.
+    obs_delay: int = 0
+    obs_delay_max: int = 0
     # Metres, Gaussian, per step, on the observed object positions (cube, peg, hole): a tracker's error. The TCP comes
     # from joint encoders and stays exact.
     obs_noise: float = 0.0
@@ -117,7 +115,7 @@ class DomainRandomizer:
         self._bias = model.actuator_biasprm[:, :3].copy()
         self._scratch: mujoco.MjData | None = None  # for mj_setConst after mass changes
         self.latency = cfg.action_latency  # this episode's action latency in control steps; set by apply()
-        self.obs_delay = float(cfg.obs_delay)  # this episode's observation delay in control steps; set by apply()
+        self.obs_delay = cfg.obs_delay  # this episode's observation delay in control steps; set by apply()
 
     def apply(self, rng: np.random.Generator) -> None:
         cfg, m = self.cfg, self.model
@@ -162,9 +160,9 @@ class DomainRandomizer:
         self.latency = cfg.action_latency
         if cfg.action_latency_max > cfg.action_latency:
             self.latency = int(rng.integers(cfg.action_latency, cfg.action_latency_max + 1))
-        self.obs_delay = float(cfg.obs_delay)
+        self.obs_delay = cfg.obs_delay
         if cfg.obs_delay_max > cfg.obs_delay:
-            self.obs_delay = float(rng.uniform(cfg.obs_delay, cfg.obs_delay_max))
+            self.obs_delay = int(rng.integers(cfg.obs_delay, cfg.obs_delay_max + 1))
 
     def _resize_objects(self, scale: float, mass_changed: bool) -> None:
         """Scales the objects' geoms about their bodies, keeping each body's mass (inertia goes with size^2)."""

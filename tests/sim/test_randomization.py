@@ -134,18 +134,3 @@ def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
         errors.append(obs["state"][u.state_layout["cube_pos"]] - cube)
     assert 0.001 < np.std(errors) < 0.005
     assert kp == 1000.0 and u.model.actuator("tcp_x").biasprm[1] == -1000.0
-
-
-def test_a_fractional_observation_delay_blends_the_states_around_it() -> None:
-    states = {}
-    for delay in (0.0, 1.5):
-        rand = RandomizationConfig(obs_delay=delay, observe_last_action=True)
-        env = make_env(EnvConfig(randomization=rand), seed=0)
-        seen = [env.reset(seed=0)[0]["state"]]
-        seen += [env.step(np.array([1.0, 0.5, -0.5, -1.0]))[0]["state"] for _ in range(4)]
-        states[delay] = np.stack(seen)
-    lay = env.unwrapped.state_layout
-    fresh, late = states[0.0], states[1.5]
-    np.testing.assert_allclose(late[4, :4], 0.5 * (fresh[2, :4] + fresh[3, :4]), atol=1e-6)  # 1.5 steps old
-    np.testing.assert_allclose(late[4][lay["last_action"]], fresh[4][lay["last_action"]])  # never late
-    np.testing.assert_allclose(late[0], fresh[0])  # before any step, the reset state
