@@ -40,7 +40,9 @@ SENSOR_QOS = TopicQos(reliable=False, depth=5)
 STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
-OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos")
+# The object's pose from `object_pose_topic`; `*_start` fields refer to its first pose after a reset (the sim
+# env's `obs_frame=relative`).
+OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start")
 PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
 STATE_FIELDS = (*PROPRIO_FIELDS, "last_action", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
@@ -203,6 +205,7 @@ class RobotEnv(gym.Env):
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
+        self._obj_start: np.ndarray | None = None  # the object's first pose after a reset
         self._t = 0
         self._last_action = np.array(REST_ACTION)
         self.latencies: list[float] = []  # state stamp -> command publication, seconds
@@ -295,7 +298,10 @@ class RobotEnv(gym.Env):
         if self._needs_object:
             obj, obj_quat = msgs.pose_of(self._latest["object"][0])
             yaw4 = 4.0 * _yaw(obj_quat)
+            if self._obj_start is None:
+                self._obj_start = obj
             parts["cube_pos"], parts["cube_minus_tcp"] = obj, obj - tcp
+            parts["cube_minus_start"], parts["tcp_minus_cube_start"] = obj - self._obj_start, tcp - self._obj_start
             parts["cube_yaw4_sin_cos"] = np.array([math.sin(yaw4), math.cos(yaw4)])
         vec = np.zeros(self.observation_space["state"].shape, np.float32)
         for name, sl in self.layout.items():
@@ -449,6 +455,7 @@ class RobotEnv(gym.Env):
             raise SafetyStop("e-stop is pressed on the robot side; release it (`robot-rl estop release`) to continue")
         self.safety.reset()
         self._prev_tcp = None
+        self._obj_start = None  # the next observation's object pose
         self._t = 0
         self._last_action = np.array(REST_ACTION)
         obs = self._observe()

@@ -156,6 +156,8 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
     path = resolve_checkpoint(path)
     try:
         saved = OmegaConf.load(path / "config.yaml")
+        if "env" in saved and "obs_frame" not in saved.env:  # from before `env.obs_frame`: it observed absolute
+            saved.env.obs_frame = "absolute"
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (OmegaConfBaseException, yaml.YAMLError) as e:
         raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None

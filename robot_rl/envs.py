@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 # State fields only a simulator (or an object tracker) provides; none of them may reach a policy trained on a robot.
 PRIVILEGED_FIELDS = (
-    "cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "peg_bottom", "hole_top", "hole_minus_peg_bottom",
+    "cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start",
+    "peg_bottom", "hole_top", "hole_minus_peg_bottom", "tcp_minus_hole_top",
 )  # fmt: skip
 
 

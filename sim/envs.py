@@ -9,10 +9,15 @@ short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
+  [last_action (action dim) with randomization.observe_last_action],
   then in `state`/`both` obs modes only the privileged object state:
   PickCube:  cube_pos (3), cube_minus_tcp (3), [cube_yaw4_sin_cos (2) if yaw: sin/cos of 4*yaw, the
              cube's symmetry-invariant yaw]
   PegInsert: peg_bottom (3), hole_top (3), hole_minus_peg_bottom (3)
+With `obs_frame=relative` (state/both modes) nothing absolute is left, so a raised table or a far start looks like
+the nominal scene: `tcp_pos` becomes `tcp_minus_cube_start` (the TCP relative to where the cube was observed at
+reset) or `tcp_minus_hole_top`, `cube_pos` becomes `cube_minus_start` (the cube's displacement since reset: its
+lift), and PegInsert drops `peg_bottom` and `hole_top`. A real cell computes all of them from its tracker.
 Cameras appear as uint8 (H, W, 3) entries named after the camera.
 
 PegInsert starts with the peg already grasped and keeps the gripper closed whatever the last action
@@ -39,6 +44,7 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
 OBS_MODES = ("state", "pixels", "both")
 ARMS = ("osc", "mocap")
+OBS_FRAMES = ("absolute", "relative")
 _OSC_GROUP = 1  # actuator group of the Cartesian impedance actuators in panda.xml
 FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
 # Task parameters. Every size and height they are measured against (object half-extents, table top, hole width)
@@ -103,6 +109,11 @@ class EnvConfig:
     # slow down before contact, not only the rare stops (the expert's <= 15 N grasps pay <= 0.09). A success is 1.
     safety_reward: float = -1.0
     force_cost: float = 1.0
+    # relative: positions only relative to the object (its start, the hole), see the module docstring; absolute:
+    # the TCP and object positions in the world frame, with which policies learned absolute heights (a table 2.5 cm
+    # higher: 0/40, docs/sim_to_real.md). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill
+    # and gym envs keep their own layouts.
+    obs_frame: str = "relative"
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
@@ -119,6 +130,8 @@ class PandaEnv(gym.Env):
             raise ValueError(f"unknown obs mode {cfg.obs!r}; expected one of {OBS_MODES}")
         if cfg.arm not in ARMS:
             raise ValueError(f"unknown arm {cfg.arm!r}; expected one of {ARMS}")
+        if cfg.obs_frame not in OBS_FRAMES:
+            raise ValueError(f"unknown obs_frame {cfg.obs_frame!r}; expected one of {OBS_FRAMES}")
         if cfg.reward not in ("sparse", "dense"):
             raise ValueError(f"unknown reward {cfg.reward!r}; expected 'sparse' or 'dense'")
         self.cfg = cfg
@@ -158,6 +171,8 @@ class PandaEnv(gym.Env):
         self._randomizer = DomainRandomizer(
             cfg.randomization, m, (spec.object_body,), (spec.object_body, "table"), ARM_DOFS, "table"
         )
+        self._relative = cfg.obs_frame == "relative" and cfg.obs != "pixels"
+        self._obj_start = np.zeros(3)  # the object's observed position at reset (obs_frame=relative)
         self._table_z = 0.0  # table top height and object half-extents of this episode, read at reset
         self._obj_half = m.geom_size[self._obj_geom].copy()
 
@@ -230,6 +245,8 @@ class PandaEnv(gym.Env):
         self._last_action[:] = 0.0
         self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
         self.contacts.reset()
+        if self._relative:
+            self._obj_start = self._noisy(d.xpos[self._obj_body].copy())  # where a tracker saw it
         obs = self._observe()
         self._obs_queue = deque(obs for _ in range(self._randomizer.obs_delay))
         return obs, {"success": self._success(), "safety_failure": False, **self.contacts.peaks.as_info()}
@@ -325,7 +342,8 @@ class PandaEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- internals
 
     def _make_layout(self) -> dict[str, slice]:
-        parts: list[tuple[str, int]] = [("tcp_pos", 3)]
+        origin = "tcp_minus_hole_top" if self._peg else "tcp_minus_cube_start"
+        parts: list[tuple[str, int]] = [(origin if self._relative else "tcp_pos", 3)]
         if self.cfg.yaw:
             parts.append(("ee_yaw_sin_cos", 2))
         parts += [("gripper_opening", 1), ("tcp_vel", 3)]
@@ -333,9 +351,10 @@ class PandaEnv(gym.Env):
             parts.append(("last_action", self.action_dim))
         if self.cfg.obs != "pixels":
             if self._peg:
-                parts += [("peg_bottom", 3), ("hole_top", 3), ("hole_minus_peg_bottom", 3)]
+                parts += [] if self._relative else [("peg_bottom", 3), ("hole_top", 3)]
+                parts.append(("hole_minus_peg_bottom", 3))
             else:
-                parts += [("cube_pos", 3), ("cube_minus_tcp", 3)]
+                parts += [("cube_minus_start" if self._relative else "cube_pos", 3), ("cube_minus_tcp", 3)]
                 if self.cfg.yaw:
                     parts.append(("cube_yaw4_sin_cos", 2))
         layout, i = {}, 0
@@ -362,25 +381,26 @@ class PandaEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         d = self.data
         tcp = d.site_xpos[self._tcp_id]
-        parts = [tcp]
-        if self.cfg.yaw:
-            xmat = d.site_xmat[self._tcp_id]
-            parts.append(np.array([xmat[3], xmat[0]]))
-        parts.append(np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]))
-        parts.append((tcp - self._prev_tcp) / self.control_dt)
-        if self.cfg.randomization.observe_last_action:
-            parts.append(self._last_action)
+        xmat = d.site_xmat[self._tcp_id]
+        parts = {
+            "tcp_pos": tcp,
+            "ee_yaw_sin_cos": np.array([xmat[3], xmat[0]]),
+            "gripper_opening": np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]),
+            "tcp_vel": (tcp - self._prev_tcp) / self.control_dt,
+            "last_action": self._last_action,
+        }
         if self.cfg.obs != "pixels":
             if self._peg:
                 pb, ht = self._noisy(d.site_xpos[self._peg_bottom_id]), self._noisy(d.site_xpos[self._hole_top_id])
-                parts += [pb, ht, ht - pb]
+                parts |= {"peg_bottom": pb, "hole_top": ht, "hole_minus_peg_bottom": ht - pb,
+                          "tcp_minus_hole_top": tcp - ht}  # fmt: skip
             else:
-                cube = self._noisy(d.xpos[self._obj_body])
-                parts += [cube, cube - tcp]
-                if self.cfg.yaw:
-                    y4 = 4.0 * self._object_yaw()
-                    parts.append(np.array([np.sin(y4), np.cos(y4)]))
-        obs = {"state": np.concatenate(parts).astype(np.float32)}
+                cube, y4 = self._noisy(d.xpos[self._obj_body]), 4.0 * self._object_yaw()
+                start = self._obj_start
+                parts |= {"cube_pos": cube, "cube_minus_tcp": cube - tcp, "cube_minus_start": cube - start,
+                          "tcp_minus_cube_start": tcp - start,
+                          "cube_yaw4_sin_cos": np.array([np.sin(y4), np.cos(y4)])}  # fmt: skip
+        obs = {"state": np.concatenate([parts[name] for name in self.state_layout]).astype(np.float32)}
         if self._renderer is not None:
             obs.update(self._renderer.render(d))
         return obs

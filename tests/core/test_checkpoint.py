@@ -36,3 +36,18 @@ def test_only_the_latest_checkpoint_keeps_buffers_and_resume_restores_them(tmp_p
     counters = load_checkpoint(second, torch.nn.Linear(3, 2), buffers={"online": restored})
     assert counters["env_steps"] == 2 and len(restored) == len(buf) == 20
     np.testing.assert_array_equal(restored.obs["state"], buf.obs["state"])
+
+
+def test_a_checkpoint_from_before_obs_frame_keeps_its_absolute_observation(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import checkpoint_config
+    from robot_rl.config import TrainConfig
+
+    saved = OmegaConf.to_container(OmegaConf.structured(TrainConfig))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert checkpoint_config(tmp_path).env.obs_frame == "relative"  # today's default, recorded
+    del saved["env"]["obs_frame"]
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert checkpoint_config(tmp_path).env.obs_frame == "absolute"

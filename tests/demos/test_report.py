@@ -64,7 +64,7 @@ def test_html_report_plays_h264_names_state_fields_and_shows_every_episode(demo_
     with EpisodeStore(demo_store) as st:
         layout, width = st.meta(0)["state_layout"], st.episode(0)["state"].shape[1]
     names = column_names("state", width, layout)  # what plot_episode puts in the state plot's legend
-    assert {"tcp_pos.x", "tcp_pos.z", "gripper_opening", "cube_pos.y"} <= set(names)
+    assert {"tcp_minus_cube_start.x", "tcp_minus_cube_start.z", "gripper_opening", "cube_minus_start.y"} <= set(names)
     assert not any(n.startswith("state[") for n in names)
 
     browser = _chromium()

@@ -33,12 +33,13 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             assert meta["robot"]["name"] == "sim" and meta["robot"]["lockstep"] is True
             assert meta["robot"]["domain_id"] == domain and meta["env"] is None
             assert meta["device"] == "simulated" and meta["cameras"] == ["front", "wrist"]
-            assert meta["state_layout"]["tcp_pos"] == [0, 3] and meta["state_layout"]["cube_pos"][1] <= 13
-            # ... then what a robot run trains on besides: TCP yaw, joint positions and velocities of the 7 arm joints.
             lay = meta["state_layout"]
-            assert lay["ee_yaw_sin_cos"] == [13, 15] and lay["joint_pos"] == [15, 22] and lay["joint_vel"] == [22, 29]
+            assert lay["tcp_minus_cube_start"] == [0, 3] and lay["cube_minus_tcp"] == [10, 13]
+            # ... then what a robot run trains on besides: TCP position and yaw, joint positions and velocities.
+            assert lay["tcp_pos"] == [13, 16] and lay["ee_yaw_sin_cos"] == [16, 18]
+            assert lay["joint_pos"] == [18, 25] and lay["joint_vel"] == [25, 32]
             n = meta["length"]
-            assert 1 <= n <= STEPS and ep["state"].shape == (n, 29) and ep["front"].shape == (n, 64, 64, 3)
+            assert 1 <= n <= STEPS and ep["state"].shape == (n, 32) and ep["front"].shape == (n, 64, 64, 3)
             # Per-step stamps: the robot's header stamps, seconds since the episode start, increasing; both camera
             # frames come from the same lockstep advance as the state they are recorded with.
             ts = ep["state_timestamp"]
@@ -47,7 +48,6 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             np.testing.assert_array_equal(ep["wrist_timestamp"], ts)
             assert (np.diff(ep["timestamp"]) > 0).all()
             # The simulated operator reached for the cube from what it observed: the TCP ended nearer to it.
-            tcp, cube = ep["state"][:, 0:3], ep["state"][:, 7:10]
-            d = np.linalg.norm(tcp - cube, axis=1)
+            d = np.linalg.norm(ep["state"][:, 10:13], axis=1)  # cube_minus_tcp
             assert d[-1] < d[0] - 0.02, d.round(3)
     assert "collected 2 episodes" in out

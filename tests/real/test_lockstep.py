@@ -15,7 +15,7 @@ N = 30  # steps: 3 s of robot time at the sim robot's 10 Hz control rate
 
 
 def test_lockstep_robot_env_runs_faster_than_real_time_and_each_step_answers_its_command(domain: int) -> None:
-    ref = make_env(EnvConfig())
+    ref = make_env(EnvConfig(obs_frame="absolute"))
     layout = ref.unwrapped.state_layout
     ref.close()
     # The weld arm: it covers each commanded step within the step, so a lagging observation is unambiguous (the

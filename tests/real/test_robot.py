@@ -108,6 +108,23 @@ def test_last_action_is_observed_like_the_sim_env_when_the_policy_was_trained_wi
     ref.close()
 
 
+def test_relative_obs_frame_is_assembled_from_the_robot_topics_like_the_sim_env(robot_cfg, served) -> None:
+    ref = make_env(EnvConfig(obs_frame="relative"))
+    lay = ref.unwrapped.state_layout
+    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    obs, _ = env.reset(seed=5)
+    ref_obs, _ = ref.reset(seed=5)
+    np.testing.assert_allclose(obs["state"], ref_obs["state"], atol=5e-3)  # the same scene, the arm settling
+    assert not obs["state"][lay["cube_minus_start"]].any()  # the start is the object's first pose after the reset
+    z0 = obs["state"][lay["tcp_minus_cube_start"]][2]
+    for _ in range(3):
+        obs = env.step(np.array([0.0, 0.0, 1.0, -1.0]))[0]
+    assert obs["state"][lay["tcp_minus_cube_start"]][2] - z0 > 0.01
+    np.testing.assert_allclose(obs["state"][lay["cube_minus_start"]], 0.0, atol=1e-3)  # the cube stays put
+    env.close()
+    ref.close()
+
+
 def test_stale_state_raises_and_publishes_no_pose(robot_cfg, served) -> None:
     spy_tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
     spy = spy_tx.subscription(robot_cfg.command_topic, msgs.POSE)

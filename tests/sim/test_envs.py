@@ -22,7 +22,7 @@ def _check_obs(env, obs) -> None:
 
 @pytest.mark.parametrize("task", TASKS)
 def test_state_obs_and_step_types(task: str) -> None:
-    env = make_env(EnvConfig(task=task), seed=0)
+    env = make_env(EnvConfig(task=task, obs_frame="absolute"), seed=0)
     obs, info = env.reset(seed=0)
     _check_obs(env, obs)
     assert set(obs) == {"state"}
@@ -163,7 +163,7 @@ def test_seeding_is_reproducible(task: str) -> None:
 
 
 def test_reset_randomises_object_pose() -> None:
-    env = make_env(EnvConfig(), seed=0)
+    env = make_env(EnvConfig(obs_frame="absolute"), seed=0)
     cubes = [env.reset(seed=s)[0]["state"][env.unwrapped.state_layout["cube_pos"]] for s in range(10)]
     spread = np.ptp(np.stack(cubes), axis=0)
     assert spread[0] > 0.02 and spread[1] > 0.02 and spread[2] < 1e-3
@@ -227,3 +227,29 @@ def test_invalid_config_rejected() -> None:
         make_env(EnvConfig(task="Stack"))
     with pytest.raises(ValueError, match="obs"):
         make_env(EnvConfig(obs="depth"))
+    with pytest.raises(ValueError, match="obs_frame"):
+        make_env(EnvConfig(obs_frame="world"))
+
+
+def test_relative_obs_frame_has_no_absolute_position_and_shows_the_lift() -> None:
+    peg = make_env(EnvConfig(task="PegInsert", obs_frame="relative")).unwrapped
+    assert list(peg.state_layout) == ["tcp_minus_hole_top", "gripper_opening", "tcp_vel", "hole_minus_peg_bottom"]
+    s = peg.reset(seed=0)[0]["state"]
+    sim = peg.sim_state()
+    np.testing.assert_allclose(s[peg.state_layout["tcp_minus_hole_top"]], sim["tcp"] - sim["hole_top"], atol=1e-5)
+    # A table 2.5 cm higher moves the cube, not what the policy sees of it (the gripper starts 2.5 cm closer).
+    obs = {}
+    for dz in (1e-7, 0.025):  # both draw the height, so both scenes are the same draw
+        rand = RandomizationConfig(table_height=(dz, dz))
+        env = make_env(EnvConfig(obs_frame="relative", randomization=rand))
+        obs[dz], u = env.reset(seed=4)[0]["state"], env.unwrapped
+    lay = u.state_layout
+    assert list(lay) == ["tcp_minus_cube_start", "gripper_opening", "tcp_vel", "cube_minus_start", "cube_minus_tcp"]
+    np.testing.assert_allclose(obs[0.025] - obs[1e-7], [0, 0, -0.025, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.025], atol=1e-5)
+    np.testing.assert_allclose(obs[1e-7][lay["tcp_minus_cube_start"]], -obs[1e-7][lay["cube_minus_tcp"]], atol=1e-6)
+    expert, done, state = ScriptedExpert(), False, obs[0.025]
+    while not done:
+        state, _, terminated, truncated, info = env.step(expert.act(env))
+        done = terminated or truncated
+        state = state["state"]
+    assert info["success"] and state[lay["cube_minus_start"]][2] >= 0.05  # the lift, on the raised table

@@ -76,7 +76,7 @@ def test_latency_range_is_drawn_per_episode() -> None:
 def test_robust_preset_reaches_the_env() -> None:
     cfg = load_config(["randomization=robust"])
     r = cfg.env.randomization
-    assert tuple(r.friction_scale) == (0.7, 1.3) and r.action_latency_max == 1
+    assert tuple(r.friction_scale) == (0.6, 1.3) and r.action_latency_max == 1
     env = make_env(cfg.env, seed=0)
     m = env.unwrapped.model
     cube = m.body("cube").id
@@ -89,6 +89,8 @@ def test_robust_preset_reaches_the_env() -> None:
     nominal = load_config([]).env.randomization  # the main job stays nominal
     assert tuple(nominal.friction_scale) == (1.0, 1.0) and nominal.action_latency_max == 0
     assert not nominal.observe_last_action
+    peg = load_config(["task=peg_insert", "randomization=robust_peg"]).env.randomization
+    assert peg.object_size_scale[1] <= 1.0 and peg.obs_noise < 0.0015  # never less clearance, noise under it
 
 
 def test_last_action_is_observed_only_when_asked() -> None:
@@ -104,7 +106,7 @@ def test_last_action_is_observed_only_when_asked() -> None:
 
 def test_observation_delay_returns_the_state_of_earlier_steps_with_a_fresh_last_action() -> None:
     rand = RandomizationConfig(obs_delay=2, observe_last_action=True)
-    env = make_env(EnvConfig(randomization=rand), seed=0)
+    env = make_env(EnvConfig(obs_frame="absolute", randomization=rand), seed=0)
     u, layout = env.unwrapped, env.unwrapped.state_layout
     obs0, _ = env.reset(seed=0)
     seen, true = [], []
@@ -121,7 +123,7 @@ def test_observation_delay_returns_the_state_of_earlier_steps_with_a_fresh_last_
 def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
     rand = RandomizationConfig(obs_noise=0.003, arm_stiffness_scale=(0.5, 0.5), object_xy_range=(0.13, 0.13),
                                object_xy_min=0.1)  # fmt: skip
-    env = make_env(EnvConfig(randomization=rand), seed=0)
+    env = make_env(EnvConfig(obs_frame="absolute", randomization=rand), seed=0)
     u = env.unwrapped
     kp = u.model.actuator("tcp_x").gainprm[0]
     errors = []
