@@ -89,21 +89,6 @@ def train(run_dir: Path, task: str, preset: str, seed: int, threads: int, overri
     return run_dir
 
 
-class ExpertPolicy:
-    """The privileged scripted expert behind the policy interface `rollout` drives (the control row)."""
-
-    def __init__(self, env) -> None:
-        from robot_rl.sim import ScriptedExpert
-
-        self.env, self.expert = env, ScriptedExpert()
-
-    def select_action(self, obs, deterministic: bool = False) -> np.ndarray:
-        return self.expert.act(self.env)
-
-    def reset(self) -> None:
-        self.expert.reset()
-
-
 def cell(env_cfg, policy_for, episodes: int) -> dict:
     """Rollouts of one (policy, shift) cell; `policy_for(env)` builds the policy for the env."""
     from robot_rl.evaluation import rollout, summarize
@@ -127,6 +112,7 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
     """All cells (or the `only` ones, nominal always) of one checkpoint (run_dir) or, with run_dir None, of the
     expert."""
     from robot_rl.checkpoint import load_policy
+    from robot_rl.sim import ExpertPolicy
     from robot_rl.sim.envs import EnvConfig
     from robot_rl.sim.randomization import RandomizationConfig
 

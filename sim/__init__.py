@@ -5,11 +5,12 @@
 
 from robot_rl.sim import rendering  # noqa: F401  (must run before anything imports mujoco)
 from robot_rl.sim.envs import EnvConfig, PandaEnv, make_env
-from robot_rl.sim.experts import InterventionConfig, ScriptedExpert, SimulatedHuman
+from robot_rl.sim.experts import ExpertPolicy, InterventionConfig, ScriptedExpert, SimulatedHuman
 from robot_rl.sim.randomization import RandomizationConfig
 
 __all__ = [
     "EnvConfig",
+    "ExpertPolicy",
     "InterventionConfig",
     "PandaEnv",
     "RandomizationConfig",

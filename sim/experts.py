@@ -94,6 +94,20 @@ class ScriptedExpert:
         return np.array([tcp[0] + off[0], tcp[1] + off[1], tcp[2] + max(depth_goal - pb[2], -0.015)]), GRIP_CLOSE
 
 
+class ExpertPolicy:
+    """The scripted expert behind the policy interface (`select_action`, `reset`), e.g. for
+    `robot_rl.evaluation.rollout`: a control row in benchmarks, the solvability check in tests."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env, self.expert = env, ScriptedExpert()
+
+    def select_action(self, obs: Any, deterministic: bool = False) -> np.ndarray:
+        return self.expert.act(self.env)
+
+    def reset(self) -> None:
+        self.expert.reset()
+
+
 def goal_distance(s: dict[str, Any]) -> float:
     """Task potential (metres-like): lower is closer to success; jumps up when an object is dropped."""
     if "goal_distance" in s:  # envs of other backends compute their task's own

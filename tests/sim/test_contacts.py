@@ -10,26 +10,13 @@ from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.evaluation import rollout, summarize
 from robot_rl.loop.actor import Actor
-from robot_rl.sim import EnvConfig, ScriptedExpert, make_env
-
-
-class _ExpertPolicy:
-    """The scripted expert behind the policy interface `rollout` drives."""
-
-    def __init__(self, env) -> None:
-        self.env, self.expert = env, ScriptedExpert()
-
-    def select_action(self, obs, deterministic: bool = False) -> np.ndarray:
-        return self.expert.act(self.env)
-
-    def reset(self) -> None:
-        self.expert.reset()
+from robot_rl.sim import EnvConfig, ExpertPolicy, make_env
 
 
 @pytest.mark.parametrize("task", ["PickCube", "PegInsert"])
 def test_expert_stays_under_the_force_limit_without_sinking_objects(task: str) -> None:
     env = make_env(EnvConfig(task=task), seed=0)
-    res = summarize([rollout(env, _ExpertPolicy(env), seed) for seed in range(10)])
+    res = summarize([rollout(env, ExpertPolicy(env), seed) for seed in range(10)])
     assert res.success_rate == 1.0 and res.safety_failure_rate == 0.0
     assert 0.0 < res.peak_ee_force_max < env.unwrapped.cfg.ee_force_limit
     assert 0.0 < res.peak_contact_force_max

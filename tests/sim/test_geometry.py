@@ -5,19 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
+from robot_rl.evaluation import rollout
+from robot_rl.sim import EnvConfig, ExpertPolicy, RandomizationConfig, make_env
 
 
 def _expert_wins(env, episodes: int) -> int:
-    expert, wins = ScriptedExpert(), 0
-    for ep in range(episodes):
-        env.reset(seed=ep)
-        while True:
-            _, _, terminated, truncated, info = env.step(expert.act(env))
-            if terminated or truncated:
-                break
-        wins += info["success"]
-    return wins
+    return sum(rollout(env, ExpertPolicy(env), ep).success for ep in range(episodes))
 
 
 @pytest.mark.parametrize(("height", "scale"), [(0.03, 1.0), (0.03, 1.25), (-0.02, 0.8)])
