@@ -273,9 +273,13 @@ def readout_line(env: gym.Env, step: int, obs: dict[str, np.ndarray], cmd: Devic
     limit = getattr(env.spec, "max_episode_steps", None) or getattr(env.unwrapped, "max_episode_steps", "?")
     parts = [f"step {step:>4}/{limit}"]
     layout = getattr(env.unwrapped, "state_layout", {})
-    if "tcp_pos" in layout:
-        x, y, z = obs["state"][layout["tcp_pos"]]
-        parts.append(f"tcp {x:+.3f} {y:+.3f} {z:+.3f} m")
+    # The TCP in whatever frame the state holds it (the relative frame has no absolute position).
+    for field, frame in (("tcp_pos", ""), ("tcp_minus_cube_start", " from the cube's start"),
+                         ("tcp_minus_hole_top", " from the hole")):  # fmt: skip
+        if field in layout:
+            x, y, z = obs["state"][layout[field]]
+            parts.append(f"tcp {x:+.3f} {y:+.3f} {z:+.3f} m{frame}")
+            break
     if "gripper_opening" in layout:
         parts.append(f"gripper {float(obs['state'][layout['gripper_opening']][0]):.2f} open")
     parts.append("cmd close" if cmd.gripper > 0 else "cmd open")

@@ -32,7 +32,7 @@ EVAL = ["loop.final_eval_episodes=30", "loop.eval_episodes=10", "loop.checkpoint
 @pytest.fixture(scope="module")
 def weak_base(tmp_path_factory: pytest.TempPathFactory) -> dict:
     run = tmp_path_factory.mktemp("bc_base")
-    cfg = load_config(["algo=bc_diffusion", f"run_dir={run}", "demos.n_episodes=20", "demos.expert_noise=0.5",
+    cfg = load_config(["algo=bc_diffusion", f"run_dir={run}", "demos.n_episodes=20", "demos.expert_noise=0.3",
                        "bc.steps=1000", "bc.eval_every=0", *EVAL])  # fmt: skip
     summary = json.loads(train_bc(cfg).read_text())
     assert summary["final_val_loss"] is not None
