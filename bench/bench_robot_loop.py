@@ -201,9 +201,9 @@ def main(quick: bool = False, minutes: float = 40.0) -> list[dict]:
         )
         evals, summary = [json.loads(x) for x in lines if x], {}
     base = evals[0] if evals and evals[0]["env_steps"] == 0 else None  # the untrained policy (loop.eval_at_start)
-    evals = [e for e in evals if e is not base]
+    curve, evals = evals, [e for e in evals if e is not base]
     reached = next((e["env_steps"] / HZ / 60.0 for e in evals if e["success_rate"] >= GOAL), None)
-    plot([base, *evals] if base else evals, work / "curve.png") if evals else None
+    plot(curve, work / "curve.png") if evals else None
     t = clf["test"]
     rows = [
         {"bench": "robot loop: demos by the simulated operator (labelled frames)",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -163,18 +164,22 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def trained(runs: dict[str, Path], key: str, tmp: Path, task: str, preset: str, seed: int, threads: int,
+            overrides: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """`runs[key]`, trained into `tmp` first when it was not given, with the preset's budget."""
+    if key not in runs:
+        run_dir = tmp / re.sub(r"\W+", "_", key)
+        runs[key] = train(run_dir, task, preset, seed, threads, (*PRESET_LOOP.get(preset, ()), *overrides))
+    return runs[key]
+
+
 def ablation(episodes: int, seeds: tuple[int, ...], runs: dict[str, Path], threads: int, tmp: Path) -> list[dict]:
     """PickCube: each `ABLATION` variant trained per seed, measured on nominal and `ABLATION_SHIFTS`."""
     rows: list[dict] = []
     for name, (preset, overrides) in ABLATION.items():
         for seed in seeds:
-            key = f"ablation/{name}/{seed}"
-            if key not in runs:
-                run_dir = tmp / f"ablation_{name.replace(', ', '_').replace(' ', '_')}_{seed}"
-                runs[key] = train(
-                    run_dir, "PickCube", preset, seed, threads, (*PRESET_LOOP.get(preset, ()), *overrides)
-                )
-            rows += measure("PickCube", f"{name} s{seed}", runs[key], episodes, ABLATION_SHIFTS)
+            run = trained(runs, f"ablation/{name}/{seed}", tmp, "PickCube", preset, seed, threads, overrides)
+            rows += measure("PickCube", f"{name} s{seed}", run, episodes, ABLATION_SHIFTS)
     return rows
 
 
@@ -195,11 +200,8 @@ def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = 
             rows += measure(task, "expert", None, episodes)
             for preset in PRESETS[task]:
                 for seed in seeds:
-                    key = f"{task}/{preset}/{seed}"
-                    if key not in runs:
-                        run_dir = Path(tmp) / key.replace("/", "_")
-                        runs[key] = train(run_dir, task, preset, seed, threads, PRESET_LOOP.get(preset, ()))
-                    rows += measure(task, f"{preset} s{seed}", runs[key], episodes)
+                    run = trained(runs, f"{task}/{preset}/{seed}", Path(tmp), task, preset, seed, threads)
+                    rows += measure(task, f"{preset} s{seed}", run, episodes)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         doc = {"shifts": SHIFTS, "runs": {k: str(v) for k, v in runs.items()}, "episodes": episodes, "rows": rows}

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
+from real_util import random_domain
 
 
 @pytest.fixture
 def domain() -> int:
-    return random.randint(1, 200)
+    return random_domain()
 
 
 @pytest.fixture(scope="session")

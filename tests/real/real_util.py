@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+
+def random_domain() -> int:
+    """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host)."""
+    return random.randint(1, 200)
 
 
 def spawn(*args: str) -> subprocess.Popen:

@@ -6,13 +6,12 @@ device interface. The loop runs once per module; one test checks its parts, the 
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-from real_util import spawn, stop
+from real_util import random_domain, spawn, stop
 from safetensors import safe_open
 
 from robot_rl.algos.reward_classifier import classifier_meta
@@ -46,7 +45,7 @@ class Loop:
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
-    tmp, domain = tmp_path_factory.mktemp("robot_loop"), random.randint(1, 200)
+    tmp, domain = tmp_path_factory.mktemp("robot_loop"), random_domain()
     out = Loop(tmp / "demos", tmp / "clf.safetensors", {}, tmp / "run")
     sim = spawn("sim-robot", "--lockstep", "--cameras", CAMERAS, "--domain", str(domain))
     try:

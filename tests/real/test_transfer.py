@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from real_util import spawn, stop, wait_until
+from real_util import random_domain, spawn, stop, wait_until
 
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
@@ -66,8 +66,8 @@ def motion_onsets(domain: int, latency_s: float, moves: int = 4) -> list[float]:
 
 @pytest.mark.slow  # two node processes, ~15 s
 def test_sim_robot_latency_is_one_control_period_on_the_wire() -> None:
-    base = motion_onsets(random.randint(1, 200), 0.0)
-    late = motion_onsets(random.randint(1, 200), PERIOD)
+    base = motion_onsets(random_domain(), 0.0)
+    late = motion_onsets(random_domain(), PERIOD)
     print(f"\nmotion onset after the command stamp: nominal {np.round(base, 3)} s, +latency {np.round(late, 3)} s")
     # Nominal: the next tick or two acts on the command. Shifted: one control period more, within a couple of ticks.
     assert np.median(base) < 3 * TICK
