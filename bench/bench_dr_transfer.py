@@ -60,7 +60,7 @@ def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:
 
     policy, cfg = load_policy(ckpt)
     # Only the observation layout carries over from training; the dynamics are nominal or the shift.
-    rand = RandomizationConfig(observe_last_action=cfg.env.randomization.observe_last_action)
+    rand = RandomizationConfig(action_history=cfg.env.randomization.action_history)
     if shifted:
         f, m, d = SHIFT["friction"], SHIFT["mass"], SHIFT["damping"]
         rand = dataclasses.replace(

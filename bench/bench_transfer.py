@@ -13,7 +13,7 @@ TASK/PRESET/SEED=RUN_DIR ...]` (`--run` takes finished run dirs instead of train
 transfer [--quick]`. Writes `bench/results/transfer.json` and `.md`. The full suite (2 tasks x 2 presets x 2 seeds,
 40 episodes x 11 cells) trains 8 runs, PegInsert ones for up to 15 min each: hours on a 2-core box. `--quick` runs
 PickCube only, 10 episodes per cell, one seed per preset: a smoke run, not numbers to quote. `--ablation` trains and
-measures `ABLATION` instead: the observation frame and `last_action`, one change at a time
+measures `ABLATION` instead: the observation frame and the action history, one change at a time
 (`transfer_ablation.json`/`.md`).
 """
 
@@ -66,8 +66,10 @@ ABLATION: dict[str, tuple[str, tuple[str, ...]]] = {
     "none, relative": ("none", ("env.obs_frame=relative",)),
     "robust, absolute": ("robust", ("env.obs_frame=absolute",)),
     "robust, relative": ("robust", ("env.obs_frame=relative",)),
-    "robust, relative, no last_action": ("robust", ("env.obs_frame=relative",
-                                                    "env.randomization.observe_last_action=false")),
+    "robust, relative, one past action": ("robust", ("env.obs_frame=relative",
+                                                     "env.randomization.action_history=1")),
+    "robust, relative, no past actions": ("robust", ("env.obs_frame=relative",
+                                                     "env.randomization.action_history=0")),
 }  # fmt: skip
 ABLATION_SHIFTS = ("latency 2 steps", "obs delay 2 steps", "table +2.5 cm", "starts 10-13 cm out")
 TASK_OVERRIDES = {"PegInsert": {"object x1.25": ("object x0.8", {"object_size_scale": (0.8, 0.8)})}}
@@ -123,13 +125,13 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
     else:
         policy, cfg = load_policy(run_dir / "checkpoints" / "final")
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
-    # The observation layout (`obs_frame`, `last_action`) carries over, nothing else of the training randomisation.
-    observe_last = base.randomization.observe_last_action
+    # The observation layout (`obs_frame`, `last_actions`) carries over, nothing else of the training randomisation.
+    history = base.randomization.action_history
     rows, nominal = [], None
     for shift, fields in shifts(task).items():
         if only and shift != "nominal" and shift not in only:
             continue
-        rand = RandomizationConfig(observe_last_action=observe_last, **fields)
+        rand = RandomizationConfig(action_history=history, **fields)
         got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes)
         if nominal is None:
             nominal = got["successes"]

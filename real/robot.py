@@ -44,10 +44,10 @@ COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 # env's `obs_frame=relative`).
 OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start")
 PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
-STATE_FIELDS = (*PROPRIO_FIELDS, "last_action", *OBJECT_FIELDS)
+STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
-REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_action` after a reset: hold, gripper open (as the sim env)
+REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_actions` after a reset: hold, gripper open (as the sim env)
 
 
 ACTION_DIM = 4  # [dx, dy, dz, gripper] in [-1, 1]
@@ -207,7 +207,10 @@ class RobotEnv(gym.Env):
         self._prev_tcp: tuple[np.ndarray, float] | None = None
         self._obj_start: np.ndarray | None = None  # the object's first pose after a reset
         self._t = 0
-        self._last_action = np.array(REST_ACTION)
+        # The actions sent last, newest first, as many as the layout's `last_actions` holds (the sim env's
+        # `action_history`).
+        history = state_layout.get("last_actions", slice(0, 0))
+        self._past = np.tile(REST_ACTION, ((history.stop - history.start) // ACTION_DIM, 1))
         self.latencies: list[float] = []  # state stamp -> command publication, seconds
         # How a reset asks the person at the robot to reset the scene (reset=home|human): a prompt and Enter.
         self.operator_prompt: Any = input
@@ -290,7 +293,7 @@ class RobotEnv(gym.Env):
             "ee_yaw_sin_cos": _ee_yaw_sin_cos(state.tcp_quat),
             "gripper_opening": np.array([state.gripper]),
             "tcp_vel": vel,
-            "last_action": self._last_action,
+            "last_actions": self._past.ravel(),
             "joint_pos": state.joint_pos,
         }
         if self._needs_joint_vel:
@@ -372,7 +375,9 @@ class RobotEnv(gym.Env):
         a = np.asarray(action, dtype=np.float64).reshape(-1)
         if a.shape != (4,):
             raise ValueError(f"action must have shape (4,), got {a.shape}")
-        self._last_action = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
+        if len(self._past):
+            self._past[1:] = self._past[:-1].copy()
+            self._past[0] = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
         self._poll()  # the delta is taken from the newest measured TCP, as in the sim env
         state = self.robot_state()
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
@@ -457,7 +462,7 @@ class RobotEnv(gym.Env):
         self._prev_tcp = None
         self._obj_start = None  # the next observation's object pose
         self._t = 0
-        self._last_action = np.array(REST_ACTION)
+        self._past[:] = REST_ACTION
         obs = self._observe()
         self.rate.restart()
         return obs, {"success": self._success(), **self.stamps()}

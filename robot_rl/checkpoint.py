@@ -158,6 +158,9 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
         saved = OmegaConf.load(path / "config.yaml")
         if "env" in saved and "obs_frame" not in saved.env:  # from before `env.obs_frame`: it observed absolute
             saved.env.obs_frame = "absolute"
+        rand = saved.get("env", {}).get("randomization", {})
+        if "observe_last_action" in rand:  # from before `action_history`: a bool for one action
+            rand.action_history = int(rand.pop("observe_last_action"))
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (OmegaConfBaseException, yaml.YAMLError) as e:
         raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None

@@ -9,7 +9,7 @@ short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
-  [last_action (action dim) with randomization.observe_last_action],
+  [last_actions (action_history x action dim, newest first) with randomization.action_history],
   then in `state`/`both` obs modes only the privileged object state:
   PickCube:  cube_pos (3), cube_minus_tcp (3), [cube_yaw4_sin_cos (2) if yaw: sin/cos of 4*yaw, the
              cube's symmetry-invariant yaw]
@@ -195,7 +195,8 @@ class PandaEnv(gym.Env):
         self._t = 0
         # Commands (TCP target, yaw, gripper) waiting out `randomization.action_latency` control steps.
         self._latency: deque[tuple[np.ndarray, float, float]] = deque()
-        self._last_action = np.zeros(self.action_dim)
+        # The last `action_history` actions, newest first (the state's `last_actions`).
+        self._past = np.zeros((cfg.randomization.action_history, self.action_dim))
         self._obs_queue: deque[dict[str, np.ndarray]] = deque()  # observations waiting out `obs_delay`
         self.contacts = ContactMonitor(m, self.n_substeps)
 
@@ -242,8 +243,8 @@ class PandaEnv(gym.Env):
         self._prev_tcp = d.site_xpos[self._tcp_id].copy()
         self._t = 0
         self._latency = deque((start.copy(), 0.0, -1.0) for _ in range(self._randomizer.latency))  # hold, open
-        self._last_action[:] = 0.0
-        self._last_action[-1] = -1.0  # "hold, gripper open", what the queue starts with
+        self._past[:] = 0.0
+        self._past[:, -1] = -1.0  # "hold, gripper open", what the latency queue starts with
         self.contacts.reset()
         if self._relative:
             self._obj_start = self._noisy(d.xpos[self._obj_body].copy())  # where a tracker saw it
@@ -267,7 +268,9 @@ class PandaEnv(gym.Env):
         if self.cfg.yaw:
             self._yaw = min(max(self._yaw + a[3] * self.cfg.max_yaw_step, -self._yaw_limit), self._yaw_limit)
         command = (target, self._yaw, float(a[-1]))
-        self._last_action[:] = a
+        if len(self._past):
+            self._past[1:] = self._past[:-1].copy()
+            self._past[0] = a
         if self._latency:
             # Latency delays the absolute command made from what the policy saw, as a robot controller receives
             # a late pose target (real/robot.py sends targets). Re-applying a late *delta* to the newer TCP
@@ -347,8 +350,8 @@ class PandaEnv(gym.Env):
         if self.cfg.yaw:
             parts.append(("ee_yaw_sin_cos", 2))
         parts += [("gripper_opening", 1), ("tcp_vel", 3)]
-        if self.cfg.randomization.observe_last_action:
-            parts.append(("last_action", self.action_dim))
+        if self.cfg.randomization.action_history:
+            parts.append(("last_actions", self.cfg.randomization.action_history * self.action_dim))
         if self.cfg.obs != "pixels":
             if self._peg:
                 parts += [] if self._relative else [("peg_bottom", 3), ("hole_top", 3)]
@@ -364,14 +367,15 @@ class PandaEnv(gym.Env):
         return layout
 
     def _delayed(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The observation `obs_delay` steps old, with this step's `last_action` (the policy's own, never late)."""
+        """The observation `obs_delay` steps old, with this step's `last_actions` (the policy's own, never late)."""
         if not self._obs_queue:
             return obs
         self._obs_queue.append(obs)
         old = self._obs_queue.popleft()
-        if "last_action" in self.state_layout:
+        if "last_actions" in self.state_layout:
+            sl = self.state_layout["last_actions"]
             old = {**old, "state": old["state"].copy()}
-            old["state"][self.state_layout["last_action"]] = obs["state"][self.state_layout["last_action"]]
+            old["state"][sl] = obs["state"][sl]
         return old
 
     def _noisy(self, pos: np.ndarray) -> np.ndarray:
@@ -387,7 +391,7 @@ class PandaEnv(gym.Env):
             "ee_yaw_sin_cos": np.array([xmat[3], xmat[0]]),
             "gripper_opening": np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]),
             "tcp_vel": (tcp - self._prev_tcp) / self.control_dt,
-            "last_action": self._last_action,
+            "last_actions": self._past.ravel(),
         }
         if self.cfg.obs != "pixels":
             if self._peg:

@@ -49,7 +49,7 @@ class RandomizationConfig:
     arm_stiffness_scale: tuple[float, float] = (1.0, 1.0)
     arm_damping_scale: tuple[float, float] = (1.0, 1.0)
     # Control steps by which the observation lags the physics (camera/state pipeline): `obs_delay` ..
-    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_action` is never delayed.
+    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_actions` are never delayed.
     obs_delay: int = 0
     obs_delay_max: int = 0
     # Metres, Gaussian, per step, on the observed object positions (cube, peg, hole): a tracker's error. The TCP comes
@@ -60,10 +60,10 @@ class RandomizationConfig:
     # TCP target made from the TCP the policy saw, as on a robot whose controller gets pose targets late.
     action_latency: int = 0
     action_latency_max: int = 0
-    # Adds `last_action` (the clipped action of the previous step) to the state. A memoryless policy cannot tell a
-    # late command from a lost one; next to `tcp_vel` the last action shows whether it has acted yet. Robot
-    # deployment (real/robot.py) fills it from the action it sent.
-    observe_last_action: bool = False
+    # Adds `last_actions` to the state: the clipped actions of the last `action_history` steps, newest first. A
+    # memoryless policy cannot tell a late command from a lost one, nor how far the arm moved since a stale view;
+    # next to `tcp_vel` the recent actions show it. Robot deployment (real/robot.py) fills them from what it sent.
+    action_history: int = 0
 
 
 def is_default(cfg: RandomizationConfig) -> bool:

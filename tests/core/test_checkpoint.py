@@ -38,7 +38,7 @@ def test_only_the_latest_checkpoint_keeps_buffers_and_resume_restores_them(tmp_p
     np.testing.assert_array_equal(restored.obs["state"], buf.obs["state"])
 
 
-def test_a_checkpoint_from_before_obs_frame_keeps_its_absolute_observation(tmp_path: Path) -> None:
+def test_a_checkpoint_from_before_obs_frame_or_action_history_keeps_its_observation(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import checkpoint_config
@@ -51,3 +51,8 @@ def test_a_checkpoint_from_before_obs_frame_keeps_its_absolute_observation(tmp_p
     del saved["env"]["obs_frame"]
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
     assert checkpoint_config(tmp_path).env.obs_frame == "absolute"
+    del saved["env"]["randomization"]["action_history"]
+    for old, history in ((True, 1), (False, 0)):
+        saved["env"]["randomization"]["observe_last_action"] = old
+        (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+        assert checkpoint_config(tmp_path).env.randomization.action_history == history

@@ -93,17 +93,18 @@ def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, co
     served.close()
 
 
-def test_last_action_is_observed_like_the_sim_env_when_the_policy_was_trained_with_it(robot_cfg, served) -> None:
-    ref = make_env(EnvConfig(randomization=RandomizationConfig(observe_last_action=True)))
-    sl = ref.unwrapped.state_layout["last_action"]
+def test_past_actions_are_observed_like_the_sim_env_when_the_policy_was_trained_with_them(robot_cfg, served) -> None:
+    ref = make_env(EnvConfig(randomization=RandomizationConfig(action_history=2)))
+    sl = ref.unwrapped.state_layout["last_actions"]
     env = RobotEnv(robot_cfg, ref.unwrapped.state_layout, hz=20.0)
     ref_obs, _ = ref.reset(seed=3)
     obs, _ = env.reset(seed=3)
-    assert obs["state"].shape == ref_obs["state"].shape == (17,)
-    assert obs["state"][sl].tolist() == ref_obs["state"][sl].tolist() == [0.0, 0.0, 0.0, -1.0]
-    action = np.array([0.5, 2.0, -0.25, 1.0])
-    assert env.step(action)[0]["state"][sl].tolist() == ref.step(action)[0]["state"][sl].tolist()
-    assert env.step(np.array([np.nan, 0.0, 0.0, 0.0]))[0]["state"][sl].tolist() == [0.0, 0.0, 0.0, 0.0]  # held
+    assert obs["state"].shape == ref_obs["state"].shape == (21,)
+    assert obs["state"][sl].tolist() == ref_obs["state"][sl].tolist() == [0.0, 0.0, 0.0, -1.0] * 2
+    for action in (np.array([0.5, 2.0, -0.25, 1.0]), np.array([0.0, 0.5, 0.0, -0.5])):
+        assert env.step(action)[0]["state"][sl].tolist() == ref.step(action)[0]["state"][sl].tolist()
+    held = env.step(np.array([np.nan, 0.0, 0.0, 0.0]))[0]["state"][sl].tolist()
+    assert held == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, -0.5]  # a rejected action is observed as the hold it became
     env.close()
     ref.close()
 

@@ -88,24 +88,27 @@ def test_robust_preset_reaches_the_env() -> None:
     assert len(masses) == 5 and len(frictions) == 5
     nominal = load_config([]).env.randomization  # the main job stays nominal
     assert tuple(nominal.friction_scale) == (1.0, 1.0) and nominal.action_latency_max == 0
-    assert not nominal.observe_last_action
+    assert nominal.action_history == 0
     peg = load_config(["task=peg_insert", "randomization=robust_peg"]).env.randomization
     assert peg.object_size_scale[1] <= 1.0 and peg.obs_noise < 0.0015  # never less clearance, noise under it
 
 
-def test_last_action_is_observed_only_when_asked() -> None:
+def test_past_actions_are_observed_only_when_asked_newest_first() -> None:
     plain = make_env(EnvConfig(), seed=0)
-    assert "last_action" not in plain.unwrapped.state_layout
-    env = make_env(EnvConfig(randomization=RandomizationConfig(observe_last_action=True)), seed=0)
-    sl = env.unwrapped.state_layout["last_action"]
+    assert "last_actions" not in plain.unwrapped.state_layout
+    env = make_env(EnvConfig(randomization=RandomizationConfig(action_history=2)), seed=0)
+    sl = env.unwrapped.state_layout["last_actions"]
     obs, _ = env.reset(seed=0)
-    assert obs["state"][sl].tolist() == [0.0, 0.0, 0.0, -1.0]
+    rest = [0.0, 0.0, 0.0, -1.0]
+    assert obs["state"][sl].tolist() == rest + rest
     obs = env.step(np.array([0.5, 2.0, -0.25, 1.0]))[0]
-    assert obs["state"][sl].tolist() == [0.5, 1.0, -0.25, 1.0]  # clipped, as executed
+    assert obs["state"][sl].tolist() == [0.5, 1.0, -0.25, 1.0] + rest  # clipped, as executed
+    obs = env.step(np.array([0.0, 0.0, 0.5, 0.0]))[0]
+    assert obs["state"][sl].tolist() == [0.0, 0.0, 0.5, 0.0, 0.5, 1.0, -0.25, 1.0]
 
 
-def test_observation_delay_returns_the_state_of_earlier_steps_with_a_fresh_last_action() -> None:
-    rand = RandomizationConfig(obs_delay=2, observe_last_action=True)
+def test_observation_delay_returns_the_state_of_earlier_steps_with_fresh_past_actions() -> None:
+    rand = RandomizationConfig(obs_delay=2, action_history=1)
     env = make_env(EnvConfig(obs_frame="absolute", randomization=rand), seed=0)
     u, layout = env.unwrapped, env.unwrapped.state_layout
     obs0, _ = env.reset(seed=0)
@@ -115,7 +118,7 @@ def test_observation_delay_returns_the_state_of_earlier_steps_with_a_fresh_last_
         obs, *_ = env.step(a)
         seen.append(obs["state"][layout["tcp_pos"]].copy())
         true.append(u.sim_state()["tcp"].astype(np.float32))
-        assert np.allclose(obs["state"][layout["last_action"]], a)
+        assert np.allclose(obs["state"][layout["last_actions"]], a)
     assert np.allclose(seen[0], obs0["state"][layout["tcp_pos"]]) and np.allclose(seen[1], seen[0])
     assert np.allclose(seen[2], true[0]) and np.allclose(seen[3], true[1])
 
