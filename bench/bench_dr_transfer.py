@@ -1,7 +1,8 @@
 """Sim-to-real rehearsal (issue #5, acceptance 3): does a checkpoint keep its success when the robot is not the sim?
 
 Trains (or takes) two PickCube checkpoints, one with `randomization=none` and one with `randomization=robust`
-(configs/randomization/), and measures each four ways:
+(configs/randomization/; trained as the held-out suite, bench_transfer.py, trains them), and measures each four
+ways:
 
 - `env`: in-process rollouts in the sim env, nominal vs `EnvConfig.randomization` pinned to the shift below;
 - `dds`: `robot-rl deploy` against `robot-rl sim-robot` as separate processes over the pip-only DDS backend (the
@@ -30,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from bench_transfer import PRESET_LOOP, train
 from common import kept_ci, wilson
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # inherited by the node processes (as tests/)
@@ -41,14 +43,6 @@ SHIFT = {"friction": 0.75, "mass": 1.25, "damping": 1.2, "latency_periods": 1, "
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "robot_rl.cli", *args]
-
-
-def train(run_dir: Path, randomization: str, env_steps: int, threads: int, seed: int = 0) -> Path:
-    """The main job with one randomisation preset; returns its final checkpoint."""
-    cmd = _cli("train", f"run_dir={run_dir}", f"randomization={randomization}", f"seed={seed}",
-               f"loop.env_steps={env_steps}", "loop.checkpoint_every=0", f"threads={threads}")  # fmt: skip
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return run_dir / "checkpoints" / "final"
 
 
 def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:
@@ -144,11 +138,13 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(quick: bool = False, episodes: int = 0, checkpoints: list[Path] | None = None, threads: int = 0,
-         env_steps: int = 8000, out: Path | None = None) -> list[dict]:  # fmt: skip
+         out: Path | None = None) -> list[dict]:  # fmt: skip
     episodes = episodes or (10 if quick else 40)
     with tempfile.TemporaryDirectory(prefix="dr_transfer_") as tmp:
         if not checkpoints:
-            checkpoints = [train(Path(tmp) / p, p, env_steps, threads) for p in ("none", "robust")]
+            # The suite's training (bench_transfer.py): the main job, `robust` with its longer budget.
+            runs = [train(Path(tmp) / p, "PickCube", p, 0, threads, PRESET_LOOP.get(p, ())) for p in ("none", "robust")]
+            checkpoints = [run / "checkpoints" / "final" for run in runs]
         rows = []
         for name, ckpt in zip(("no DR", "DR robust"), checkpoints, strict=True):
             rows += measure(name, ckpt, episodes)
@@ -172,9 +168,7 @@ if __name__ == "__main__":
         help="measure these instead of training both (a no-DR and a DR checkpoint, in that order)",
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
-    p.add_argument("--env-steps", type=int, default=8000, help="training budget (runs stop early at 95 %% success)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
-    result = main(episodes=a.episodes, checkpoints=a.checkpoints, threads=a.threads, env_steps=a.env_steps,
-                  out=a.out)  # fmt: skip
+    result = main(episodes=a.episodes, checkpoints=a.checkpoints, threads=a.threads, out=a.out)
     print(to_markdown(result))
