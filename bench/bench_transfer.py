@@ -3,10 +3,11 @@
 For every task, preset (`PRESETS`: `none`, and `robust` for PickCube, `robust_peg` for PegInsert) and training seed,
 the final checkpoint is evaluated in-process on the nominal env and on each shift (`SHIFTS`, RandomizationConfig
 fields pinned to one value; the checkpoint's own training randomisation is dropped, only its observation layout
-kept). The privileged scripted expert runs the same cells as a control row: where it succeeds, the shift is
-solvable. Every cell reports success with a Wilson 95 % CI, "kept" (shifted / nominal success of the same
-checkpoint, bootstrap 95 % CI), the per-episode peak end-effector force (max and median), the deepest object
-penetration and the share of episodes ended by the force limit.
+kept). The privileged scripted expert runs the same cells as a control row: where it succeeds, the shift's physics
+is solvable. It reads the live simulator, so for the observation delay a second row runs it on the policy's late
+view (`STALE_VIEW_SHIFTS`). Every cell reports success with a Wilson 95 % CI, "kept" (shifted / nominal success
+of the same checkpoint, bootstrap 95 % CI), the per-episode peak end-effector force (max and median), the deepest
+object penetration and the share of episodes ended by the force limit.
 
 Run: `.venv/bin/python bench/bench_transfer.py [--quick] [--episodes 40] [--tasks PickCube] [--run
 TASK/PRESET/SEED=RUN_DIR ...]` (`--run` takes finished run dirs instead of training them); also `bench/run.py --only
@@ -55,6 +56,9 @@ SHIFTS: dict[str, dict] = {
     },  # fmt: skip
 }
 # The presets each task's suite compares (PegInsert's DR is narrower: docs/sim_to_real.md).
+# The shifts that change what a policy sees, not the physics: the live expert cannot tell, so the control row for
+# them is the expert on the policy's late view.
+STALE_VIEW_SHIFTS = ("obs delay 2 steps",)
 PRESETS = {"PickCube": ("none", "robust"), "PegInsert": ("none", "robust_peg")}
 # Randomised runs get a longer budget than the main job's (8000 env steps, stop at a 0.95 periodic evaluation of 20
 # episodes): they stop only at 0.98 in a 50-episode evaluation, so the final model's nominal success is not a lucky
@@ -112,16 +116,17 @@ def cell(env_cfg, policy_for, episodes: int) -> dict:
             "max_penetration_mm": 1000 * res.max_penetration, "safety_failures": res.safety_failure_rate}  # fmt: skip
 
 
-def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tuple[str, ...] = ()) -> list[dict]:
+def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tuple[str, ...] = (),
+            stale_view: bool = False) -> list[dict]:  # fmt: skip
     """All cells (or the `only` ones, nominal always) of one checkpoint (run_dir) or, with run_dir None, of the
-    expert."""
+    expert (`stale_view`: on the policy's delayed view, `ExpertPolicy`)."""
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim import ExpertPolicy
     from robot_rl.sim.envs import EnvConfig
     from robot_rl.sim.randomization import RandomizationConfig
 
     if run_dir is None:
-        base, policy_for = EnvConfig(task=task), ExpertPolicy
+        base, policy_for = EnvConfig(task=task), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
     else:
         policy, cfg = load_policy(run_dir / "checkpoints" / "final")
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
@@ -200,6 +205,7 @@ def main(quick: bool = False, episodes: int = 0, runs: dict[str, Path] | None = 
             tasks = ()
         for task in tasks:
             rows += measure(task, "expert", None, episodes)
+            rows += measure(task, "expert, stale view", None, episodes, STALE_VIEW_SHIFTS, stale_view=True)
             for preset in PRESETS[task]:
                 for seed in seeds:
                     run = trained(runs, f"{task}/{preset}/{seed}", Path(tmp), task, preset, seed, threads)

@@ -316,6 +316,11 @@ class PandaEnv(gym.Env):
 
     # -------------------------------------------------------------------------- privileged accessors
 
+    @property
+    def obs_delay(self) -> int:
+        """This episode's observation delay in control steps (`randomization.obs_delay` .. `obs_delay_max`)."""
+        return self._randomizer.obs_delay
+
     def sim_state(self) -> dict[str, Any]:
         """Privileged state for scripted experts and the simulated human (never for policies)."""
         d = self.data

@@ -7,6 +7,7 @@ arm (cube dropped, gripper closed on nothing, peg stuck beside the hole, ...).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,10 @@ class ScriptedExpert:
     def reset(self) -> None:
         """Nothing to clear: the expert keeps no memory between steps, which is what makes takeover safe."""
 
-    def act(self, env: gym.Env) -> np.ndarray:
+    def act(self, env: gym.Env, state: dict[str, Any] | None = None) -> np.ndarray:
+        """The action for `state` (default: the env's live `sim_state()`), applied by the env to the live arm."""
         u = env.unwrapped
-        s = u.sim_state()
+        s = u.sim_state() if state is None else state
         if u.task == "PickCube":
             goal, grip = self._pick_cube(s)
         elif u.task == "PegInsert":
@@ -96,16 +98,29 @@ class ScriptedExpert:
 
 class ExpertPolicy:
     """The scripted expert behind the policy interface (`select_action`, `reset`), e.g. for
-    `robot_rl.evaluation.rollout`: a control row in benchmarks, the solvability check in tests."""
+    `robot_rl.evaluation.rollout`: a control row in benchmarks, the solvability check in tests.
 
-    def __init__(self, env: gym.Env) -> None:
-        self.env, self.expert = env, ScriptedExpert()
+    `stale_view`: the expert reads the state as it was the episode's `obs_delay` control steps ago, the view a
+    policy gets under observation delay, while its actions still move the live arm. The live expert shows that a
+    shift's physics is solvable; the stale one, what a memoryless controller can do with the policy's late view.
+    """
+
+    def __init__(self, env: gym.Env, stale_view: bool = False) -> None:
+        self.env, self.expert, self.stale_view = env, ScriptedExpert(), stale_view
+        self._views: deque[dict[str, Any]] = deque()
 
     def select_action(self, obs: Any, deterministic: bool = False) -> np.ndarray:
-        return self.expert.act(self.env)
+        if not self.stale_view:
+            return self.expert.act(self.env)
+        u = self.env.unwrapped
+        self._views.append(u.sim_state())
+        while len(self._views) > u.obs_delay + 1:  # until then the oldest is the reset state, as the env's queue
+            self._views.popleft()
+        return self.expert.act(self.env, self._views[0])
 
     def reset(self) -> None:
         self.expert.reset()
+        self._views.clear()
 
 
 def goal_distance(s: dict[str, Any]) -> float:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.sim import EnvConfig, InterventionConfig, ScriptedExpert, SimulatedHuman, make_env
+from robot_rl.evaluation import rollout
+from robot_rl.sim import (
+    EnvConfig,
+    ExpertPolicy,
+    InterventionConfig,
+    RandomizationConfig,
+    ScriptedExpert,
+    SimulatedHuman,
+    make_env,
+)
 
 TASKS = ("PickCube", "PegInsert")
 
@@ -43,6 +52,30 @@ def test_expert_takes_over_mid_episode(task: str) -> None:
                 break
         wins += info["success"]
     assert wins >= 8
+
+
+def test_stale_view_expert_acts_on_what_a_delayed_policy_sees() -> None:
+    """The transfer suite's control row for observation delay: with no delay it is the live expert, action for
+    action; one step late it acts on the previous step's state; two steps late it loses the task the live expert
+    solves (a memoryless controller cannot carry a view that old)."""
+    env = make_env(EnvConfig(randomization=RandomizationConfig(obs_delay=1)))
+    stale, expert, prev = ExpertPolicy(env, stale_view=True), ScriptedExpert(), None
+    obs, _ = env.reset(seed=0)
+    stale.reset()
+    for _ in range(10):
+        now = env.unwrapped.sim_state()
+        a = stale.select_action(obs)
+        assert np.array_equal(a, expert.act(env, prev if prev is not None else now))
+        prev = now
+        obs, *_ = env.step(a)
+    env = make_env(EnvConfig())
+    assert [rollout(env, ExpertPolicy(env, stale_view=True), s).length for s in range(3)] == [
+        rollout(env, ExpertPolicy(env), s).length for s in range(3)
+    ]
+    env = make_env(EnvConfig(randomization=RandomizationConfig(obs_delay=2)))
+    live = sum(rollout(env, ExpertPolicy(env), s).success for s in range(8))
+    late = sum(rollout(env, ExpertPolicy(env, stale_view=True), s).success for s in range(8))
+    assert live >= 7 and late <= 4, (live, late)
 
 
 def test_expert_noise_diversifies_actions() -> None:
