@@ -123,20 +123,20 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim import ExpertPolicy
     from robot_rl.sim.envs import EnvConfig
-    from robot_rl.sim.randomization import RandomizationConfig
+    from robot_rl.sim.randomization import RandomizationConfig, observation_fields
 
     if run_dir is None:
         base, policy_for = EnvConfig(task=task), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
     else:
         policy, cfg = load_policy(run_dir / "checkpoints" / "final")
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
-    # The observation layout (`obs_frame`, `last_actions`) carries over, nothing else of the training randomisation.
-    history = base.randomization.action_history
+    # What the policy observes (`obs_frame`, `observation_fields`) carries over, nothing else of the training DR.
+    seen = observation_fields(base.randomization)
     rows, nominal = [], None
     for shift, fields in shifts(task).items():
         if only and shift != "nominal" and shift not in only:
             continue
-        rand = RandomizationConfig(action_history=history, **fields)
+        rand = RandomizationConfig(**seen, **fields)
         got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes)
         if nominal is None:
             nominal = got["successes"]

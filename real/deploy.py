@@ -88,7 +88,8 @@ def deploy(
         policy = env_policy(cfg, agent, task_env)  # a residual agent runs with its frozen base
         sim = task_env.unwrapped
         cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
-        env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps)
+        env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps,
+                       delay_compensation=cfg.env.randomization.delay_compensation)  # fmt: skip
         sim.close()
     store = None
     if record is not None:

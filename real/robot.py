@@ -29,7 +29,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
-from robot_rl.types import EpisodeAborted
+from robot_rl.types import EpisodeAborted, advance_view
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -154,6 +154,7 @@ class RobotEnv(gym.Env):
         max_episode_steps: int = 50,
         transport: Transport | None = None,
         node_name: str = "robot_rl_deploy",
+        delay_compensation: float = 0.0,
     ) -> None:
         unknown = set(state_layout) - set(STATE_FIELDS)
         if unknown:
@@ -166,6 +167,9 @@ class RobotEnv(gym.Env):
         self.hz = hz or cfg.control_hz
         self.dt = 1.0 / self.hz
         self.max_step = cfg.max_step
+        # The checkpoint's `randomization.delay_compensation`: the view is advanced by the commands it cannot show
+        # yet, its age from the state's stamp, as the sim env does from its observation queue.
+        self.delay_compensation = delay_compensation
         self.max_episode_steps = cfg.max_episode_steps or max_episode_steps
         self.home_quat = np.asarray(cfg.home_quat, np.float64)
         self.safety = SafetyFilter(cfg.safety, self.dt)
@@ -309,6 +313,10 @@ class RobotEnv(gym.Env):
         vec = np.zeros(self.observation_space["state"].shape, np.float32)
         for name, sl in self.layout.items():
             vec[sl] = parts[name]
+        if self.delay_compensation:
+            age = 0.0 if self.cfg.lockstep else max(time.time() - stamp, 0.0) / self.dt
+            vec = advance_view(vec, self.layout, self._past, age, self.delay_compensation, self.max_step)
+            vec = vec.astype(np.float32)
         if not np.isfinite(vec).all():
             raise StaleDataError(f"robot state contains NaN/inf: {vec}")
         obs = {"state": vec}

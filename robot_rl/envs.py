@@ -54,7 +54,8 @@ def make_robot_env(
 
     robot = dataclasses.replace(robot, image_size=cfg.image_size, max_step=cfg.max_step)
     env = RobotEnv(robot, proprio_layout(robot), robot_cameras(cfg), hz=cfg.control_hz,
-                   max_episode_steps=task_episode_steps(cfg), node_name=node_name)  # fmt: skip
+                   max_episode_steps=task_episode_steps(cfg), node_name=node_name,
+                   delay_compensation=cfg.randomization.delay_compensation)  # fmt: skip
     if seed is not None:
         env.action_space.seed(seed)  # the first reset is the caller's: it moves the robot
     return env

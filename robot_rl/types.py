@@ -88,3 +88,28 @@ class Batch:
             intervened=torch.cat([a.intervened, b.intervened]),
             extras=c(a.extras, b.extras),
         )
+
+
+# How a state field moves when the TCP moves by `s` (`advance_view`): a cube on the table stays, the held peg moves
+# with the hand.
+TCP_SIGN = {"tcp_pos": 1.0, "tcp_minus_cube_start": 1.0, "tcp_minus_hole_top": 1.0, "cube_minus_tcp": -1.0,
+            "peg_bottom": 1.0, "hole_minus_peg_bottom": -1.0}  # fmt: skip
+
+
+def advance_view(state: np.ndarray, layout: dict[str, slice], past_actions: np.ndarray, age_steps: float,
+                 gain: float, max_step: float) -> np.ndarray:  # fmt: skip
+    """`state` (a view `age_steps` control steps old) with its TCP fields moved by `gain` x the commanded motion
+    since: the newest `age_steps` of `past_actions` (newest first, a fractional age weighs the last one in part).
+
+    A memoryless policy cannot carry a late view (the scripted expert on a view two steps old: 0.10 on PickCube);
+    predicted forward it acts as on a fresh one. A cube is taken as still, so a held one's offset to the TCP is off
+    by the shift while the view is late; training with the same prediction teaches that."""
+    weights = np.clip(age_steps - np.arange(len(past_actions)), 0.0, 1.0)
+    if gain == 0.0 or not weights.any():
+        return state
+    shift = gain * max_step * (weights @ past_actions[:, :3])
+    out = state.copy()
+    for name, sign in TCP_SIGN.items():
+        if name in layout:
+            out[layout[name]] += sign * shift
+    return out

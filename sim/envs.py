@@ -39,6 +39,7 @@ from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymConfig, GymEnv
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
+from robot_rl.types import advance_view
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
@@ -381,6 +382,9 @@ class PandaEnv(gym.Env):
             sl = self.state_layout["last_actions"]
             old = {**old, "state": old["state"].copy()}
             old["state"][sl] = obs["state"][sl]
+            r = self.cfg.randomization
+            old["state"] = advance_view(old["state"], self.state_layout, self._past, len(self._obs_queue),
+                                        r.delay_compensation, self.cfg.max_step).astype(np.float32)  # fmt: skip
         return old
 
     def _noisy(self, pos: np.ndarray) -> np.ndarray:

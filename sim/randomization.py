@@ -21,6 +21,7 @@ The preset that keeps >= 90 % of nominal success against a shifted robot is `con
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -64,6 +65,17 @@ class RandomizationConfig:
     # memoryless policy cannot tell a late command from a lost one, nor how far the arm moved since a stale view;
     # next to `tcp_vel` the recent actions show it. Robot deployment (real/robot.py) fills them from what it sent.
     action_history: int = 0
+    # A Smith predictor on the view: a state `obs_delay` steps old has its TCP fields advanced by this fraction of
+    # the commanded motion since (`robot_rl.envs.advance_view`, from `last_actions`, so it needs `action_history` >=
+    # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
+    # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
+    delay_compensation: float = 0.0
+
+
+def observation_fields(cfg: RandomizationConfig) -> dict[str, Any]:
+    """The fields that shape what a policy observes rather than the world it acts in: they carry over from
+    training to any evaluation of its checkpoint, shifted or not."""
+    return {"action_history": cfg.action_history, "delay_compensation": cfg.delay_compensation}
 
 
 def is_default(cfg: RandomizationConfig) -> bool:

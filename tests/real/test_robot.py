@@ -109,6 +109,28 @@ def test_past_actions_are_observed_like_the_sim_env_when_the_policy_was_trained_
     ref.close()
 
 
+def test_delay_compensation_advances_a_late_view_by_the_commands_it_cannot_show(robot_cfg, served) -> None:
+    """The robot side of `randomization.delay_compensation`: the view's age from the state's stamp, its TCP fields
+    advanced by gain x the commands sent since, as the sim env does for a queued observation."""
+    robot_cfg.staleness_s = robot_cfg.safety.state_timeout_s = 5.0  # the paused arm's state may age here
+    lay = make_env(EnvConfig(randomization=RandomizationConfig(action_history=3))).unwrapped.state_layout
+    env = RobotEnv(robot_cfg, lay, hz=20.0, delay_compensation=0.6)
+    env.reset(seed=5)
+    served.paused.set()  # no new state from here: every view is older than the commands that follow it
+    time.sleep(0.2)
+    still = env.step(np.array([0.0, 0.0, 0.0, -1.0]))[0]["state"]  # nothing commanded yet: the view as measured
+    env.step(np.array([1.0, 0.0, 0.0, -1.0]))
+    late = env.step(np.array([0.0, -1.0, 0.5, -1.0]))[0]["state"]  # > 3 periods old: all three past actions
+    step = 0.6 * robot_cfg.max_step
+    np.testing.assert_allclose(late[lay["tcp_minus_cube_start"]] - still[lay["tcp_minus_cube_start"]],
+                               [step, -step, 0.5 * step], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(late[lay["cube_minus_tcp"]] - still[lay["cube_minus_tcp"]],
+                               [-step, step, -0.5 * step], atol=1e-6)  # fmt: skip
+    np.testing.assert_array_equal(late[lay["cube_minus_start"]], still[lay["cube_minus_start"]])
+    served.paused.clear()
+    env.close()
+
+
 def test_relative_obs_frame_is_assembled_from_the_robot_topics_like_the_sim_env(robot_cfg, served) -> None:
     ref = make_env(EnvConfig(obs_frame="relative"))
     lay = ref.unwrapped.state_layout

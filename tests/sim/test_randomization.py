@@ -123,6 +123,25 @@ def test_observation_delay_returns_the_state_of_earlier_steps_with_fresh_past_ac
     assert np.allclose(seen[2], true[0]) and np.allclose(seen[3], true[1])
 
 
+def test_delay_compensation_advances_the_late_view_by_the_commands_it_cannot_show() -> None:
+    """`delay_compensation`: the delayed view's TCP moves by gain x max_step x the last `obs_delay` commands, the
+    cube stays; the world itself runs exactly as without it (same seed, same trajectory)."""
+    cfgs = (RandomizationConfig(obs_delay=2, action_history=3, delay_compensation=g) for g in (0.0, 0.6))
+    plain, comp = (make_env(EnvConfig(randomization=r)) for r in cfgs)
+    layout = comp.unwrapped.state_layout
+    plain.reset(seed=4)
+    comp.reset(seed=4)
+    actions = [np.array([1.0, 0.0, -0.5, -1.0]), np.array([0.0, 1.0, 0.0, -1.0]), np.array([0.5, 0.5, 1.0, 1.0])]
+    for t, a in enumerate(actions):
+        ref, got = plain.step(a)[0]["state"], comp.step(a)[0]["state"]
+        shift = 0.6 * comp.unwrapped.cfg.max_step * sum(b[:3] for b in actions[max(0, t - 1) : t + 1])
+        np.testing.assert_allclose(got[layout["tcp_minus_cube_start"]], ref[layout["tcp_minus_cube_start"]] + shift,
+                                   atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(got[layout["cube_minus_tcp"]], ref[layout["cube_minus_tcp"]] - shift, atol=1e-6)
+        np.testing.assert_array_equal(got[layout["cube_minus_start"]], ref[layout["cube_minus_start"]])
+    assert np.array_equal(plain.unwrapped.sim_state()["tcp"], comp.unwrapped.sim_state()["tcp"])
+
+
 def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
     rand = RandomizationConfig(obs_noise=0.003, arm_stiffness_scale=(0.5, 0.5), object_xy_range=(0.13, 0.13),
                                object_xy_min=0.1)  # fmt: skip
