@@ -14,8 +14,8 @@ TASK/PRESET/SEED=RUN_DIR ...]` (`--run` takes finished run dirs instead of train
 transfer [--quick]`. Writes `bench/results/transfer.json` and `.md`. The full suite (2 tasks x 2 presets x 2 seeds,
 40 episodes x 11 cells) trains 8 runs, PegInsert ones for up to 15 min each: hours on a 2-core box. `--quick` runs
 PickCube only, 10 episodes per cell, one seed per preset: a smoke run, not numbers to quote. `--ablation` trains and
-measures `ABLATION` instead: the observation frame and the action history, one change at a time
-(`transfer_ablation.json`/`.md`).
+measures `ABLATION` instead: the observation frame, the view's prediction and the action history, one change at a
+time (`transfer_ablation.json`/`.md`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ ABLATION: dict[str, tuple[str, tuple[str, ...]]] = {
     "none, relative": ("none", ("env.obs_frame=relative",)),
     "robust, absolute": ("robust", ("env.obs_frame=absolute",)),
     "robust, relative": ("robust", ("env.obs_frame=relative",)),
+    "robust, relative, no view prediction": ("robust", ("env.obs_frame=relative",
+                                                        "env.randomization.delay_compensation=0")),
     "robust, relative, one past action": ("robust", ("env.obs_frame=relative",
                                                      "env.randomization.action_history=1")),
     "robust, relative, no past actions": ("robust", ("env.obs_frame=relative",
