@@ -55,10 +55,10 @@ SHIFTS: dict[str, dict] = {
         "table_height": (0.015, 0.015),
     },  # fmt: skip
 }
-# The presets each task's suite compares (PegInsert's DR is narrower: docs/sim_to_real.md).
 # The shifts that change what a policy sees, not the physics: the live expert cannot tell, so the control row for
 # them is the expert on the policy's late view.
 STALE_VIEW_SHIFTS = ("obs delay 2 steps",)
+# The presets each task's suite compares (PegInsert's DR is narrower: docs/sim_to_real.md).
 PRESETS = {"PickCube": ("none", "robust"), "PegInsert": ("none", "robust_peg")}
 # Randomised runs get a longer budget than the main job's (8000 env steps, stop at a 0.95 periodic evaluation of 20
 # episodes): they stop only at 0.98 in a 50-episode evaluation, so the final model's nominal success is not a lucky
