@@ -316,7 +316,7 @@ class RobotEnv(gym.Env):
         if self.delay_compensation:
             age = 0.0 if self.cfg.lockstep else max(time.time() - stamp, 0.0) / self.dt
             vec = advance_view(vec, self.layout, self._past, age, self.delay_compensation, self.max_step)
-            vec = vec.astype(np.float32)
+            vec = vec.astype(np.float32, copy=False)
         if not np.isfinite(vec).all():
             raise StaleDataError(f"robot state contains NaN/inf: {vec}")
         obs = {"state": vec}

@@ -382,9 +382,9 @@ class PandaEnv(gym.Env):
             sl = self.state_layout["last_actions"]
             old = {**old, "state": old["state"].copy()}
             old["state"][sl] = obs["state"][sl]
-            r = self.cfg.randomization
-            old["state"] = advance_view(old["state"], self.state_layout, self._past, len(self._obs_queue),
-                                        r.delay_compensation, self.cfg.max_step).astype(np.float32)  # fmt: skip
+            gain = self.cfg.randomization.delay_compensation
+            view = advance_view(old["state"], self.state_layout, self._past, self.obs_delay, gain, self.cfg.max_step)
+            old["state"] = view.astype(np.float32, copy=False)
         return old
 
     def _noisy(self, pos: np.ndarray) -> np.ndarray:

@@ -66,7 +66,7 @@ class RandomizationConfig:
     # next to `tcp_vel` the recent actions show it. Robot deployment (real/robot.py) fills them from what it sent.
     action_history: int = 0
     # A Smith predictor on the view: a state `obs_delay` steps old has its TCP fields advanced by this fraction of
-    # the commanded motion since (`robot_rl.envs.advance_view`, from `last_actions`, so it needs `action_history` >=
+    # the commanded motion since (`robot_rl.types.advance_view`, from `last_actions`, so it needs `action_history` >=
     # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
     # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
     delay_compensation: float = 0.0
