@@ -546,8 +546,7 @@ def train(cfg: TrainConfig) -> Path:
     actor.load_weights(learner.policy_weights(), learner.updates)
     try:
         while not run.done:
-            if human is not None:
-                human.set_progress(learner.env_steps)
+            actor.set_progress(learner.env_steps)
             learner.add(actor.step())
             learner.train_to_rate_limit()
             if learner.env_steps % cfg.loop.sync_every == 0:
