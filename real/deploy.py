@@ -89,7 +89,8 @@ def deploy(
         sim = task_env.unwrapped
         cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
         env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps,
-                       delay_compensation=cfg.env.randomization.delay_compensation)  # fmt: skip
+                       delay_compensation=cfg.env.randomization.delay_compensation,
+                       held_grip=getattr(sim, "held_grip", None))  # fmt: skip
         sim.close()
     store = None
     if record is not None:

@@ -155,6 +155,7 @@ class RobotEnv(gym.Env):
         transport: Transport | None = None,
         node_name: str = "robot_rl_deploy",
         delay_compensation: float = 0.0,
+        held_grip: float | None = None,
     ) -> None:
         unknown = set(state_layout) - set(STATE_FIELDS)
         if unknown:
@@ -170,6 +171,9 @@ class RobotEnv(gym.Env):
         # The checkpoint's `randomization.delay_compensation`: the view is advanced by the commands it cannot show
         # yet, its age from the state's stamp, as the sim env does from its observation queue.
         self.delay_compensation = delay_compensation
+        # The gripper command a task holds whatever the policy says (`sim.envs.HELD_GRIP`: PegInsert keeps the peg
+        # grasped), sent and shown in `last_actions` as the sim env does. None: the policy's.
+        self.held_grip = held_grip
         self.max_episode_steps = cfg.max_episode_steps or max_episode_steps
         self.home_quat = np.asarray(cfg.home_quat, np.float64)
         self.safety = SafetyFilter(cfg.safety, self.dt)
@@ -380,9 +384,11 @@ class RobotEnv(gym.Env):
     # ------------------------------------------------------------------------------------------- gym API
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        a = np.array(action, dtype=np.float64).reshape(-1)
         if a.shape != (4,):
             raise ValueError(f"action must have shape (4,), got {a.shape}")
+        if self.held_grip is not None:
+            a[3] = self.held_grip
         if len(self._past):
             self._past[1:] = self._past[:-1].copy()
             self._past[0] = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
@@ -471,6 +477,8 @@ class RobotEnv(gym.Env):
         self._obj_start = None  # the next observation's object pose
         self._t = 0
         self._past[:] = REST_ACTION
+        if self.held_grip is not None:
+            self._past[:, 3] = self.held_grip
         obs = self._observe()
         self.rate.restart()
         return obs, {"success": self._success(), **self.stamps()}

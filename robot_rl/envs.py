@@ -50,12 +50,13 @@ def make_robot_env(
     import dataclasses
 
     from robot_rl.real.robot import RobotEnv, proprio_layout
-    from robot_rl.sim.envs import task_episode_steps
+    from robot_rl.sim.envs import HELD_GRIP, task_episode_steps
 
     robot = dataclasses.replace(robot, image_size=cfg.image_size, max_step=cfg.max_step)
     env = RobotEnv(robot, proprio_layout(robot), robot_cameras(cfg), hz=cfg.control_hz,
                    max_episode_steps=task_episode_steps(cfg), node_name=node_name,
-                   delay_compensation=cfg.randomization.delay_compensation)  # fmt: skip
+                   delay_compensation=cfg.randomization.delay_compensation,
+                   held_grip=HELD_GRIP.get(cfg.task))  # fmt: skip
     if seed is not None:
         env.action_space.seed(seed)  # the first reset is the caller's: it moves the robot
     return env

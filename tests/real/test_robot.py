@@ -107,6 +107,17 @@ def test_past_actions_are_observed_like_the_sim_env_when_the_policy_was_trained_
     assert held == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, -0.5]  # a rejected action is observed as the hold it became
     env.close()
     ref.close()
+    # A task that holds its grip (PegInsert) is sent and shown holding it, as its sim env shows it.
+    peg = make_env(EnvConfig(task="PegInsert", randomization=RandomizationConfig(action_history=2)))
+    held = RobotEnv(robot_cfg, ref.unwrapped.state_layout, hz=20.0, held_grip=peg.unwrapped.held_grip)
+    assert held.reset(seed=3)[0]["state"][sl].tolist() == peg.reset(seed=3)[0]["state"][sl].tolist()
+    sent, publish = [], held.publish
+    held.publish = lambda cmd: (sent.append(cmd), publish(cmd))[1]
+    for action in (np.array([0.5, 2.0, -0.25, -1.0]), np.array([0.0, 0.5, 0.0, 0.3])):
+        assert held.step(action)[0]["state"][sl].tolist() == peg.step(action)[0]["state"][sl].tolist()
+    assert [c.gripper for c in sent] == [0.0, 0.0]  # the opening sent: closed, whatever the policy said
+    held.close()
+    peg.close()
 
 
 def test_delay_compensation_advances_a_late_view_by_the_commands_it_cannot_show(robot_cfg, served) -> None:

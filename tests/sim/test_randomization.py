@@ -105,6 +105,12 @@ def test_past_actions_are_observed_only_when_asked_newest_first() -> None:
     assert obs["state"][sl].tolist() == [0.5, 1.0, -0.25, 1.0] + rest  # clipped, as executed
     obs = env.step(np.array([0.0, 0.0, 0.5, 0.0]))[0]
     assert obs["state"][sl].tolist() == [0.0, 0.0, 0.5, 0.0, 0.5, 1.0, -0.25, 1.0]
+    # PegInsert holds its grip whatever the action says: the past actions show the grip it executed.
+    peg = make_env(EnvConfig(task="PegInsert", randomization=RandomizationConfig(action_history=2)), seed=0)
+    sl = peg.unwrapped.state_layout["last_actions"]
+    assert peg.reset(seed=0)[0]["state"][sl].tolist() == [0.0, 0.0, 0.0, 1.0] * 2
+    obs = peg.step(np.array([0.5, 2.0, -0.25, -0.7]))[0]
+    assert obs["state"][sl].tolist() == [0.5, 1.0, -0.25, 1.0, 0.0, 0.0, 0.0, 1.0]
 
 
 def test_observation_delay_returns_the_state_of_earlier_steps_with_fresh_past_actions() -> None:
