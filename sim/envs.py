@@ -318,10 +318,6 @@ class PandaEnv(gym.Env):
         info = {"success": success, "safety_failure": unsafe, **mon.peaks.as_info()}
         return self._delayed(self._observe()), reward, terminated, truncated, info
 
-    def set_progress(self, env_steps: int) -> None:
-        """How far training is, for the randomisation curriculum (`randomization.curriculum_steps`)."""
-        self._randomizer.set_progress(env_steps)
-
     def close(self) -> None:
         if self._renderer is not None:
             self._renderer.close()
@@ -400,7 +396,7 @@ class PandaEnv(gym.Env):
         return old
 
     def _noisy(self, pos: np.ndarray) -> np.ndarray:
-        sigma = self._randomizer.obs_noise
+        sigma = self.cfg.randomization.obs_noise
         return pos + self.np_random.normal(0.0, sigma, 3) if sigma > 0.0 else pos
 
     def _observe(self) -> dict[str, np.ndarray]:

@@ -70,11 +70,6 @@ class RandomizationConfig:
     # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
     # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
     delay_compensation: float = 0.0
-    # Training env steps over which the share of randomised episodes grows linearly from 0 to 1; the others are
-    # nominal (no physics, geometry, timing or noise shift; the start distribution stays). A skill with no slack
-    # (PegInsert's 1.5 mm clearance) is found on the nominal scene first and then carried into the shifts. The
-    # training loop reports progress (`set_progress`); evaluations are always fully randomised. 0: all from the start.
-    curriculum_steps: int = 0
 
 
 def observation_fields(cfg: RandomizationConfig) -> dict[str, Any]:
@@ -133,42 +128,32 @@ class DomainRandomizer:
         self._scratch: mujoco.MjData | None = None  # for mj_setConst after mass changes
         self.latency = cfg.action_latency  # this episode's action latency in control steps; set by apply()
         self.obs_delay = cfg.obs_delay  # this episode's observation delay in control steps; set by apply()
-        self.obs_noise = cfg.obs_noise  # this episode's tracker noise (metres); set by apply()
-        self.share = 1.0  # the share of randomised episodes (`curriculum_steps`); set by set_progress()
-        self._nominal = RandomizationConfig(**observation_fields(cfg))
-
-    def set_progress(self, env_steps: int) -> None:
-        if self.cfg.curriculum_steps > 0:
-            self.share = min(1.0, env_steps / self.cfg.curriculum_steps)
 
     def apply(self, rng: np.random.Generator) -> None:
-        """Writes this episode's draw into the model. A field this randomiser touches at all (`self.cfg`) is written
-        every episode, from the nominal config on the curriculum's nominal episodes, so nothing leaks across."""
-        m, on = self.model, self.cfg
-        cfg = on if self.share >= 1.0 or rng.random() < self.share else self._nominal
-        if _active(on.friction_scale):
+        cfg, m = self.cfg, self.model
+        if _active(cfg.friction_scale):
             m.geom_friction[:, 0] = self._friction[:, 0] * rng.uniform(*cfg.friction_scale)
-        if on.table_height[0] != 0.0 or on.table_height[1] != 0.0:
+        if cfg.table_height[0] != 0.0 or cfg.table_height[1] != 0.0:
             m.geom_pos[self._table, 2] = self._table_pos[2] + rng.uniform(*cfg.table_height)
-        mass_changed = _active(on.mass_scale)
+        mass_changed = _active(cfg.mass_scale)
         if mass_changed:
             s = rng.uniform(*cfg.mass_scale, size=len(self._bodies))
             m.body_mass[self._bodies] = self._mass[self._bodies] * s
             m.body_inertia[self._bodies] = self._inertia[self._bodies] * s[:, None]
-        if _active(on.object_size_scale):
+        if _active(cfg.object_size_scale):
             self._resize_objects(rng.uniform(*cfg.object_size_scale), mass_changed)
-        if mass_changed or _active(on.object_size_scale):
+        if mass_changed or _active(cfg.object_size_scale):
             if self._scratch is None:
                 self._scratch = mujoco.MjData(m)
             mujoco.mj_setConst(m, self._scratch)  # inverse weights follow the new masses (module docstring)
         m.geom_sameframe[self._table] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE  # after mj_setConst, which recomputes it
-        if _active(on.damping_scale):
+        if _active(cfg.damping_scale):
             dofs = self._damping[self._arm_dofs]
             m.dof_damping[self._arm_dofs] = dofs * rng.uniform(*cfg.damping_scale, size=dofs.shape)
-        if on.camera_pos_jitter > 0.0:
+        if cfg.camera_pos_jitter > 0.0:
             noise = rng.uniform(-cfg.camera_pos_jitter, cfg.camera_pos_jitter, size=self._cam_pos.shape)
             m.cam_pos[:] = self._cam_pos + noise
-        if on.camera_rot_jitter > 0.0:
+        if cfg.camera_rot_jitter > 0.0:
             for i in range(m.ncam):
                 axis = rng.normal(size=3)
                 dq = np.zeros(4)
@@ -176,10 +161,10 @@ class DomainRandomizer:
                     dq, axis / np.linalg.norm(axis), rng.uniform(-cfg.camera_rot_jitter, cfg.camera_rot_jitter)
                 )
                 mujoco.mju_mulQuat(m.cam_quat[i], dq, self._cam_quat[i])
-        if on.color_jitter > 0.0:
+        if cfg.color_jitter > 0.0:
             noise = rng.uniform(-cfg.color_jitter, cfg.color_jitter, size=(len(self._geoms), 3))
             m.geom_rgba[self._geoms, :3] = np.clip(self._rgba[self._geoms, :3] + noise, 0.0, 1.0)
-        if _active(on.arm_stiffness_scale) or _active(on.arm_damping_scale):
+        if _active(cfg.arm_stiffness_scale) or _active(cfg.arm_damping_scale):
             kp, kv, a = rng.uniform(*cfg.arm_stiffness_scale), rng.uniform(*cfg.arm_damping_scale), self._osc
             m.actuator_gainprm[a, 0] = self._gain[a] * kp
             m.actuator_biasprm[a, 1] = self._bias[a, 1] * kp
@@ -190,7 +175,6 @@ class DomainRandomizer:
         self.obs_delay = cfg.obs_delay
         if cfg.obs_delay_max > cfg.obs_delay:
             self.obs_delay = int(rng.integers(cfg.obs_delay, cfg.obs_delay_max + 1))
-        self.obs_noise = cfg.obs_noise
 
     def _resize_objects(self, scale: float, mass_changed: bool) -> None:
         """Scales the objects' geoms about their bodies, keeping each body's mass (inertia goes with size^2)."""

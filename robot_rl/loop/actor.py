@@ -81,14 +81,6 @@ class Actor:
         self.policy.load_state_dict(state_dict)
         self.policy_version = version
 
-    def set_progress(self, env_steps: int) -> None:
-        """How far training is: the simulated human trusts the policy more, a sim env's randomisation curriculum
-        widens (`randomization.curriculum_steps`)."""
-        if self.intervener is not None and hasattr(self.intervener, "set_progress"):
-            self.intervener.set_progress(env_steps)
-        if hasattr(self.env.unwrapped, "set_progress"):
-            self.env.unwrapped.set_progress(env_steps)
-
     def _reset(self) -> NpObs:
         obs, _ = self.env.reset(seed=self.seed + self.stats.episodes)
         if hasattr(self.intervener, "reset"):

@@ -546,7 +546,8 @@ def train(cfg: TrainConfig) -> Path:
     actor.load_weights(learner.policy_weights(), learner.updates)
     try:
         while not run.done:
-            actor.set_progress(learner.env_steps)
+            if human is not None:
+                human.set_progress(learner.env_steps)
             learner.add(actor.step())
             learner.train_to_rate_limit()
             if learner.env_steps % cfg.loop.sync_every == 0:

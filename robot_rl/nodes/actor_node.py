@@ -92,7 +92,8 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                     log.warning("%s: learner silent for %.1f s; holding", actor_id, dist.learner_timeout_s)
                     continue
                 since_update = 0  # "continue": act on the last weights until the learner returns
-            actor.set_progress(actor.policy_version)  # version = learner updates = env steps consumed
+            if human is not None:
+                human.set_progress(actor.policy_version)  # version = learner updates = env steps consumed
             t = actor.step()
             sender.add_nowait(t)
             if sender.batch_full or t.done:

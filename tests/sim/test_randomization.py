@@ -162,37 +162,3 @@ def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
         errors.append(obs["state"][u.state_layout["cube_pos"]] - cube)
     assert 0.001 < np.std(errors) < 0.005
     assert kp == 1000.0 and u.model.actuator("tcp_x").biasprm[1] == -1000.0
-
-
-def test_curriculum_widens_the_share_of_randomised_episodes_and_leaks_nothing_into_nominal_ones() -> None:
-    from robot_rl.loop.actor import Actor
-
-    rand = RandomizationConfig(friction_scale=(0.5, 0.6), table_height=(0.01, 0.02), action_latency_max=1,
-                               obs_delay_max=1, obs_noise=0.01, curriculum_steps=1000)  # fmt: skip
-    env = make_env(EnvConfig(obs_frame="absolute", randomization=rand), seed=0)
-    u, nominal = env.unwrapped, make_env(EnvConfig(), seed=0).unwrapped
-    actor = Actor(env, policy=None)  # the training loop reports progress through its actor
-
-    def draws(progress: int) -> list[bool]:
-        actor.set_progress(progress)
-        shifted = []
-        for ep in range(30):
-            obs, _ = env.reset(seed=ep)
-            friction, table = u.model.geom_friction[0, 0], u.model.geom_pos[u._table, 2]
-            r = u._randomizer
-            if friction == nominal.model.geom_friction[0, 0]:  # a nominal episode: nothing of the last draw left
-                assert table == nominal.model.geom_pos[u._table, 2] and r.latency == r.obs_delay == 0
-                assert np.allclose(obs["state"][u.state_layout["cube_pos"]], u.sim_state()["object_pos"], atol=1e-6)
-                shifted.append(False)
-            else:
-                assert 0.5 <= friction <= 0.6 and table >= 0.01
-                shifted.append(True)
-        return shifted
-
-    assert not any(draws(0))
-    half = draws(500)
-    assert 5 <= sum(half) <= 25 and any(a and not b for a, b in zip(half[:-1], half[1:], strict=True))
-    assert all(draws(1000)) and all(draws(5000))
-    fresh = make_env(EnvConfig(randomization=rand), seed=0).unwrapped  # an evaluation env: no progress, all shifted
-    fresh.reset(seed=0)
-    assert 0.5 <= fresh.model.geom_friction[0, 0] <= 0.6
