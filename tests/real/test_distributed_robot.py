@@ -105,11 +105,13 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
     assert len(summary["actors"]) == 1 and all(a["lost"] == 0 for a in summary["actors"].values())
     # The sim robot died under a step (that episode was dropped, not stored as failed) or a reset (retried).
     assert "episode aborted" in out or "cannot start an episode" in out
-    # The arm held while the learner was gone: once the actor ran out of policy steps (10 per version, well within
-    # a second in lockstep), no pose stamped later than the kill's second appeared until the new learner was up.
-    assert resumed - killed > 2.0  # the window the test looks at
-    gone = [p for p in poses if killed + 1.0 < p[0] < resumed]
-    assert len(gone) > 10  # re-published at 20 Hz while idle
-    stamps, xyz = np.array([p[1] for p in gone]), np.array([p[2:] for p in gone])
-    assert stamps.max() < killed + 1.0, stamps.max() - killed
-    assert np.ptp(xyz, axis=0).max() == 0.0
+    # The arm held while the learner was gone: once the actor ran out of policy steps (10 per version, then the 0.5 s
+    # learner timeout; about a second in lockstep, 1.06 s seen on a loaded box), no newer pose was stamped until the
+    # new learner was up, and the arm stood still through that wait.
+    gone = [p for p in poses if killed < p[0] < resumed]
+    last_step = max(p[1] for p in gone)  # the newest physics stamp while the learner was gone
+    assert last_step < killed + 2.0, last_step - killed  # seconds, not the whole outage
+    held = [p for p in gone if p[0] > last_step + 0.2]  # re-published at 20 Hz while idle, after the last step
+    assert resumed - last_step > 1.0 and len(held) > 10, (resumed - last_step, len(held))
+    stamps, xyz = np.array([p[1] for p in held]), np.array([p[2:] for p in held])
+    assert stamps.max() == last_step and np.ptp(xyz, axis=0).max() == 0.0
