@@ -67,7 +67,7 @@ def deploy(
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
     from robot_rl.algos.adapters import agent_env, env_policy
     from robot_rl.checkpoint import checkpoint_config, load_policy
-    from robot_rl.sim.envs import make_env
+    from robot_rl.sim.envs import HELD_GRIP, make_env
 
     cfg = checkpoint_config(checkpoint)
     if cfg.env.yaw:
@@ -90,7 +90,7 @@ def deploy(
         cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
         env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps,
                        delay_compensation=cfg.env.randomization.delay_compensation,
-                       held_grip=getattr(sim, "held_grip", None))  # fmt: skip
+                       held_grip=HELD_GRIP.get(cfg.env.task))  # fmt: skip
         sim.close()
     store = None
     if record is not None:

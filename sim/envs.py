@@ -249,9 +249,10 @@ class PandaEnv(gym.Env):
         self._yaw = 0.0
         self._prev_tcp = d.site_xpos[self._tcp_id].copy()
         self._t = 0
-        self._latency = deque((start.copy(), 0.0, -1.0) for _ in range(self._randomizer.latency))  # hold, open
+        grip = -1.0 if self.held_grip is None else self.held_grip  # the gripper as the episode starts
+        self._latency = deque((start.copy(), 0.0, grip) for _ in range(self._randomizer.latency))  # hold
         self._past[:] = 0.0
-        self._past[:, -1] = -1.0 if self.held_grip is None else self.held_grip  # "hold", the gripper as it starts
+        self._past[:, -1] = grip  # "hold", what the latency queue starts with
         self.contacts.reset()
         if self._relative:
             self._obj_start = self._noisy(d.xpos[self._obj_body].copy())  # where a tracker saw it
@@ -291,10 +292,9 @@ class PandaEnv(gym.Env):
         d.mocap_pos[self._mocap_id] = target
         if self.cfg.yaw:
             d.mocap_quat[self._mocap_id] = down_quat(yaw)
-        if not self._peg:
-            # Proportional, not a switch: a critic gets no gradient through a step function.
-            # Any command > 0 closes past a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube.
-            d.ctrl[self._finger_act] = 0.5 * FINGER_OPEN * (1.0 - grip)
+        # Proportional, not a switch: a critic gets no gradient through a step function. Any command > 0 closes past
+        # a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube; a held grip (PegInsert) stays closed.
+        d.ctrl[self._finger_act] = 0.5 * FINGER_OPEN * (1.0 - grip)
         self._prev_tcp[:] = tcp
         m, mon = self.model, self.contacts
         for k in range(self.n_substeps):
