@@ -13,7 +13,7 @@ import pytest
 from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
-from robot_rl.checkpoint import load_policy
+from robot_rl.checkpoint import latest_checkpoint, load_policy
 from robot_rl.cli import ConfigError, load_config
 from robot_rl.envs import PRIVILEGED_FIELDS
 from robot_rl.errors import UserError
@@ -93,20 +93,28 @@ def test_a_killed_robot_run_resumes_from_its_checkpoint(domain: int, tmp_path: P
         first = train(domain, "loop.env_steps=100000", "loop.eval_every=0", "loop.checkpoint_every=50",
                       f"run_dir={run}")  # fmt: skip
         try:
-            wait_until(lambda: (run / "checkpoints" / "step_00000100").is_dir() or first.poll() is not None, 90,
-                       "a checkpoint")  # fmt: skip
+            # The pointer, not the directory: a kill between the rename and the pointer move resumes one earlier.
+            wait_until(lambda: env_steps(latest_checkpoint(run / "checkpoints")) >= 100 or first.poll() is not None,
+                       90, "a checkpoint")  # fmt: skip
         finally:
             stop(first)  # SIGKILL: nothing gets saved on the way out
         assert not (run / "summary.json").exists()
-        second = spawn("train", f"resume={run}", "loop.env_steps=150", "loop.final_eval_episodes=1")
+        ckpt = latest_checkpoint(run / "checkpoints")
+        resumed_at = env_steps(ckpt)
+        assert resumed_at >= 100
+        second = spawn("train", f"resume={run}", f"loop.env_steps={resumed_at + 50}", "loop.final_eval_episodes=1")
         out, err = second.communicate(timeout=120)
         assert second.returncode == 0, err[-3000:]
     finally:
         stop(sim)
-    assert re.search(r"resumed .* from step_000001\d0: 1\d0 env steps", out + err), (out + err)[-2000:]
+    assert re.search(rf"resumed .* from {ckpt.name}: {resumed_at} env steps", out + err), (out + err)[-2000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["env_steps"] == 150 and summary["robot"] == "sim"
+    assert summary["status"] == "finished" and summary["env_steps"] == resumed_at + 50 and summary["robot"] == "sim"
     assert summary["env"] == "RobotEnv"
+
+
+def env_steps(ckpt: Path | None) -> int:
+    return -1 if ckpt is None else json.loads((ckpt / "counters.json").read_text())["env_steps"]
 
 
 def test_cameras_with_a_crop_build_and_train_on_the_sim_robot(domain: int, tmp_path: Path) -> None:
