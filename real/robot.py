@@ -29,7 +29,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
-from robot_rl.types import EpisodeAborted, advance_view
+from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, advance_view
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -40,9 +40,6 @@ SENSOR_QOS = TopicQos(reliable=False, depth=5)
 STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
-# The object's pose from `object_pose_topic`; `*_start` fields refer to its first pose after a reset (the sim
-# env's `obs_frame=relative`).
-OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start")
 PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
 STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop

@@ -19,12 +19,6 @@ if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
     from robot_rl.sim.envs import EnvConfig
 
-# State fields only a simulator (or an object tracker) provides; none of them may reach a policy trained on a robot.
-PRIVILEGED_FIELDS = (
-    "cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start",
-    "peg_bottom", "hole_top", "hole_minus_peg_bottom", "tcp_minus_hole_top",
-)  # fmt: skip
-
 
 def robot_cameras(cfg: EnvConfig) -> tuple[str, ...]:
     """The camera keys a robot run observes: `env.cameras` with obs=pixels, none with obs=state."""

@@ -90,6 +90,12 @@ class Batch:
         )
 
 
+# State fields an object tracker provides on a robot (`RobotConfig.object_pose_topic`); `*_start` fields refer to the
+# object's first pose after a reset (the sim env's `obs_frame=relative`).
+OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_start", "tcp_minus_cube_start")
+# Those and the ones only a simulator provides: none of them may reach a policy trained on a robot without a tracker.
+PRIVILEGED_FIELDS = (*OBJECT_FIELDS, "peg_bottom", "hole_top", "hole_minus_peg_bottom", "tcp_minus_hole_top")
+
 # How a state field moves when the TCP moves by `s` (`advance_view`): a cube on the table stays, the held peg moves
 # with the hand.
 TCP_SIGN = {"tcp_pos": 1.0, "tcp_minus_cube_start": 1.0, "tcp_minus_hole_top": 1.0, "cube_minus_tcp": -1.0,

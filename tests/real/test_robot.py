@@ -16,12 +16,13 @@ from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.deploy import deploy
-from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError, proprio_layout
+from robot_rl.real.robot import STATE_FIELDS, RobotEnv, SafetyStop, StaleDataError, proprio_layout
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
+from robot_rl.types import PRIVILEGED_FIELDS
 
 
 class Served:
@@ -302,3 +303,12 @@ def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cf
     assert meta["source"] == "intervention" and not meta["success"] and ep["intervened"].all()
     np.testing.assert_allclose(ep["action"][:, 2], 1.0)  # the human's command, not the policy's, was executed
     assert ep["state"][-1, 2] > ep["state"][0, 2] + 0.03  # and it lifted the arm (the impedance arm lags)
+
+
+@pytest.mark.parametrize("task", ["PickCube", "PegInsert"])
+@pytest.mark.parametrize("frame", ["absolute", "relative"])
+def test_every_sim_state_field_is_assembled_on_a_robot_or_marked_privileged(task: str, frame: str) -> None:
+    env = make_env(EnvConfig(task=task, obs_frame=frame, randomization=RandomizationConfig(action_history=2)))
+    fields = set(env.unwrapped.state_layout)
+    env.close()
+    assert "last_actions" in fields and fields <= set(STATE_FIELDS) | set(PRIVILEGED_FIELDS)

@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from robot_rl.algos.reward_classifier import classifier_meta
 from robot_rl.demos.store import EpisodeStore
-from robot_rl.envs import PRIVILEGED_FIELDS
+from robot_rl.types import PRIVILEGED_FIELDS
 
 # 20 demos, then at most 2000 env steps (200 robot seconds at 10 Hz), stopping once an evaluation of 10 episodes
 # every 250 steps reaches 0.8: training seeds 0, 1, 2 got there at 1000, 1000, 1250 (docs/benchmarks.md).

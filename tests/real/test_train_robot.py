@@ -15,9 +15,9 @@ from safetensors import safe_open
 
 from robot_rl.checkpoint import latest_checkpoint, load_policy
 from robot_rl.cli import ConfigError, load_config
-from robot_rl.envs import PRIVILEGED_FIELDS
 from robot_rl.errors import UserError
 from robot_rl.loop.trainer import check_robot_run
+from robot_rl.types import PRIVILEGED_FIELDS
 
 STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
 
