@@ -50,11 +50,11 @@ def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:
     from robot_rl.checkpoint import load_policy
     from robot_rl.evaluation import rollout
     from robot_rl.sim.envs import make_env
-    from robot_rl.sim.randomization import RandomizationConfig, observation_fields
+    from robot_rl.sim.randomization import nominal
 
     policy, cfg = load_policy(ckpt)
     # Only the observation layout carries over from training; the dynamics are nominal or the shift.
-    rand = RandomizationConfig(**observation_fields(cfg.env.randomization))
+    rand = nominal(cfg.env.randomization)
     if shifted:
         f, m, d = SHIFT["friction"], SHIFT["mass"], SHIFT["damping"]
         rand = dataclasses.replace(

@@ -125,25 +125,24 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim import ExpertPolicy
     from robot_rl.sim.envs import EnvConfig
-    from robot_rl.sim.randomization import RandomizationConfig, observation_fields
+    from robot_rl.sim.randomization import nominal
 
     if run_dir is None:
         base, policy_for = EnvConfig(task=task), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
     else:
         policy, cfg = load_policy(run_dir / "checkpoints" / "final")
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
-    # What the policy observes (`obs_frame`, `observation_fields`) carries over, nothing else of the training DR.
-    seen = observation_fields(base.randomization)
-    rows, nominal = [], None
+    # What the policy observes (`obs_frame`, `randomization.nominal`) carries over, nothing else of the training DR.
+    rows, at_nominal = [], None
     for shift, fields in shifts(task).items():
         if only and shift != "nominal" and shift not in only:
             continue
-        rand = RandomizationConfig(**seen, **fields)
+        rand = nominal(base.randomization, **fields)
         got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes)
-        if nominal is None:
-            nominal = got["successes"]
-        kept = np.mean(got["successes"]) / max(np.mean(nominal), 1e-9)
-        klo, khi = kept_ci(nominal, got["successes"])
+        if at_nominal is None:
+            at_nominal = got["successes"]
+        kept = np.mean(got["successes"]) / max(np.mean(at_nominal), 1e-9)
+        klo, khi = kept_ci(at_nominal, got["successes"])
         rows.append({"bench": f"{task} {name} {shift}", "task": task, "policy": name, "shift": shift,
                      "episodes": episodes, **{k: v for k, v in got.items() if k != "successes"},
                      "kept": float(kept), "kept_ci_lo": klo, "kept_ci_hi": khi})  # fmt: skip

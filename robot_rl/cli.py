@@ -265,12 +265,17 @@ def cmd_eval(args: list[str]) -> int:
     p.add_argument("--episodes", type=int, default=20, help="evaluation episodes")
     p.add_argument("--video", type=Path, default=None, help="write one mp4 per episode and summary.json here")
     p.add_argument("--seed", type=int, default=2_000_000, help="seed of the first episode (then +1 per episode)")
+    p.add_argument(
+        "--nominal",
+        action="store_true",
+        help="without the run's domain randomisation (what the policy observes stays as trained)",
+    )
     ns = p.parse_args(args)
     if ns.episodes < 1:
         raise UserError(f"--episodes {ns.episodes}: must be >= 1")
     from robot_rl.evaluation import evaluate_checkpoint
 
-    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed)
+    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed, ns.nominal)
     summary.pop("per_episode")
     print(json.dumps(summary, indent=1))
     return 0
@@ -312,7 +317,7 @@ USAGE = (
     "  train [key=value ...]   HIL-SERL training run (hydra overrides, e.g. task=peg_insert obs=pixels)\n"
     "  launch [key=value ...]  the same run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)\n"
     "  learner | actor --index i [key=value ...]   one node of a multi-machine run\n"
-    "  eval RUN_DIR|CHECKPOINT [--episodes K] [--video DIR]   success and cycle time in sim, mp4 per episode\n"
+    "  eval RUN_DIR|CHECKPOINT [--episodes K] [--video DIR] [--nominal]   success, cycle time in sim; mp4s\n"
     "  report RUN_DIR ...       IQM and bootstrap CI of final success over several runs\n"
     "  collect STORE -n N ...   record episodes with a teleop device (scripted|spacemouse|gamepad|keyboard)\n"
     "  classifier train STORE OUT | eval CLF STORE   success classifier from frames a person labelled\n"

@@ -172,12 +172,15 @@ def aggregate_runs(run_dirs: Sequence[Path]) -> dict:
     }
 
 
-def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000) -> dict:
-    """Runs a checkpoint's policy in its task and, with `video_dir`, writes one mp4 per episode (cameras side by
-    side with the step/action/reward overlay of `robot-rl replay`)."""
+def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000,
+                        nominal: bool = False) -> dict:  # fmt: skip
+    """Runs a checkpoint's policy in its task, under its training randomisation or (`nominal`) none, and, with
+    `video_dir`, writes one mp4 per episode (cameras side by side with the step/action/reward overlay of `robot-rl
+    replay`)."""
     from robot_rl.algos.adapters import agent_env
     from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
+    from robot_rl.sim import randomization
     from robot_rl.sim.envs import make_env
 
     cfg = checkpoint_config(ckpt)
@@ -187,6 +190,8 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
         name = cfg.robot.name
         raise UserError(f"{ckpt} was trained on robot={name}, whose observations a sim task does not make: "
                         f"evaluate it there, `robot-rl deploy {ckpt} --robot {name} --episodes N`")  # fmt: skip
+    if nominal:
+        cfg.env = dataclasses.replace(cfg.env, randomization=randomization.nominal(cfg.env.randomization))
     env_cfg = cfg.env
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
@@ -205,6 +210,7 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     summary = {
         "checkpoint": str(ckpt),
         "task": cfg.env.task,
+        "randomization": "nominal" if nominal else "as trained",
         "episodes": episodes,
         "success_rate": res.success_rate,
         "success_ci": res.success_ci,

@@ -72,10 +72,10 @@ class RandomizationConfig:
     delay_compensation: float = 0.0
 
 
-def observation_fields(cfg: RandomizationConfig) -> dict[str, Any]:
-    """The fields that shape what a policy observes rather than the world it acts in: they carry over from
-    training to any evaluation of its checkpoint, shifted or not."""
-    return {"action_history": cfg.action_history, "delay_compensation": cfg.delay_compensation}
+def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:
+    """No randomisation (or only `shift`) for a policy trained with `cfg`: the fields that shape what it observes
+    rather than the world it acts in carry over to any evaluation of its checkpoint."""
+    return RandomizationConfig(action_history=cfg.action_history, delay_compensation=cfg.delay_compensation, **shift)
 
 
 def is_default(cfg: RandomizationConfig) -> bool:

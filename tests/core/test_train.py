@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,8 +13,10 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.cli import main
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
 from robot_rl.sim.envs import EnvConfig, make_env
@@ -36,6 +39,28 @@ def test_short_run_beats_untrained_policy(pickcube_run: Path, tmp_path: Path) ->
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == ev["per_episode"][0]["length"]
     ok, frame = cap.read()
     assert ok and frame.shape[1] > frame.shape[0]  # two cameras side by side
+
+
+def test_eval_nominal_drops_the_training_randomisation_and_keeps_what_the_policy_observes(
+    pickcube_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    plain = pickcube_run / "checkpoints" / "final"
+    randomised = tmp_path / "randomised"
+    shutil.copytree(plain, randomised)
+    cfg = OmegaConf.load(randomised / "config.yaml")
+    cfg.env.randomization.table_height = [0.03, 0.03]  # as if trained with a raised table
+    OmegaConf.save(cfg, randomised / "config.yaml")
+
+    def episodes(ckpt: Path, *flags: str) -> list[tuple]:
+        assert main(["eval", str(ckpt), "--episodes", "3", *flags]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["randomization"] == ("nominal" if flags else "as trained")
+        ev = evaluate_checkpoint(ckpt, 3, nominal=bool(flags))  # the CLI prints the summary without per_episode
+        assert ev["success_rate"] == out["success_rate"]
+        return [(e["return"], e["length"]) for e in ev["per_episode"]]
+
+    assert episodes(randomised, "--nominal") == episodes(plain)
+    assert episodes(randomised) != episodes(plain)
 
 
 def test_resume_after_sigkill(tmp_path: Path) -> None:
