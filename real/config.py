@@ -57,6 +57,11 @@ class RobotConfig:
     ee_pose_topic: str = "ee_pose"
     object_pose_topic: str = "object_pose"  # "" => the task needs no object state
     success_topic: str = "success"  # std_msgs/Bool; "" => episodes only end by time (or a human)
+    # geometry_msgs/WrenchStamped, the force the world exerts on the hand in the base frame (a policy trained with
+    # `randomization.observe_force` reads it); "" => none. `wrench_sign` -1 flips a driver that reports the hand's
+    # force on the world instead: pressing the gripper down on the table must read +z (docs/ros2_interface.md).
+    wrench_topic: str = "ee_wrench"
+    wrench_sign: float = 1.0
     # Commands out: pose => geometry_msgs/PoseStamped target (Cartesian impedance, Franka style);
     # twist => geometry_msgs/TwistStamped (servo, UR style). Gripper: std_msgs/Float64 opening, 0 closed .. 1 open.
     command_type: str = "pose"

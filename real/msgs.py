@@ -18,6 +18,7 @@ from robot_rl.transport import typesys
 JOINT_STATE = "sensor_msgs/msg/JointState"
 POSE = "geometry_msgs/msg/PoseStamped"
 TWIST = "geometry_msgs/msg/TwistStamped"
+WRENCH = "geometry_msgs/msg/WrenchStamped"
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 FLOAT64 = "std_msgs/msg/Float64"
@@ -66,6 +67,20 @@ def twist_stamped(linear: np.ndarray, angular: np.ndarray, stamp: float, frame_i
 def twist_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
     lin, ang = msg.twist.linear, msg.twist.angular
     return np.array([lin.x, lin.y, lin.z]), np.array([ang.x, ang.y, ang.z])
+
+
+def wrench_stamped(force: np.ndarray, torque: np.ndarray, stamp: float, frame_id: str) -> Any:
+    vec = _t("geometry_msgs/msg/Vector3")
+    wrench = _t("geometry_msgs/msg/Wrench")(
+        force=vec(x=float(force[0]), y=float(force[1]), z=float(force[2])),
+        torque=vec(x=float(torque[0]), y=float(torque[1]), z=float(torque[2])),
+    )
+    return _t(WRENCH)(header=header(stamp, frame_id), wrench=wrench)
+
+
+def force_of(msg: Any) -> np.ndarray:
+    f = msg.wrench.force
+    return np.array([f.x, f.y, f.z])
 
 
 def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:

@@ -29,7 +29,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
-from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, advance_view
+from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, advance_view, ee_force_feature
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -41,7 +41,7 @@ STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
-STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
+STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", "ee_force", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_actions` after a reset: hold, gripper open (as the sim env)
@@ -183,6 +183,8 @@ class RobotEnv(gym.Env):
         self._needs_joint_vel = "joint_vel" in state_layout
         if self._needs_object and not cfg.object_pose_topic:
             raise ValueError("the policy observes the object but the robot config has no object_pose_topic")
+        if "ee_force" in state_layout and not cfg.wrench_topic:
+            raise ValueError("the policy observes the end-effector force but the robot config has no wrench_topic")
         # Streams that make up an observation: key -> (subscription, has a header stamp).
         self._subs: dict[str, Any] = {
             "joints": self.tx.subscription(cfg.joint_state_topic, msgs.JOINT_STATE, SENSOR_QOS),
@@ -190,6 +192,8 @@ class RobotEnv(gym.Env):
         }
         if self._needs_object:
             self._subs["object"] = self.tx.subscription(cfg.object_pose_topic, msgs.POSE, SENSOR_QOS)
+        if "ee_force" in state_layout:
+            self._subs["wrench"] = self.tx.subscription(cfg.wrench_topic, msgs.WRENCH, SENSOR_QOS)
         self._cams = {c: cams[c] for c in cameras}
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
@@ -301,6 +305,8 @@ class RobotEnv(gym.Env):
             "last_actions": self._past.ravel(),
             "joint_pos": state.joint_pos,
         }
+        if "wrench" in self._subs:
+            parts["ee_force"] = ee_force_feature(self.cfg.wrench_sign * msgs.force_of(self._latest["wrench"][0]))
         if self._needs_joint_vel:
             parts["joint_vel"] = msgs.joint_velocities(self._latest["joints"][0], self.cfg.joint_names)
         if self._needs_object:

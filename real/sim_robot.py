@@ -117,6 +117,7 @@ class SimRobot:
             "ee": self.tx.publisher(robot.ee_pose_topic, msgs.POSE, STATE_QOS),
             "object": self.tx.publisher(robot.object_pose_topic or "object_pose", msgs.POSE, STATE_QOS),
             "success": self.tx.publisher(robot.success_topic or "success", msgs.BOOL, STATE_QOS),
+            "wrench": self.tx.publisher(robot.wrench_topic or "ee_wrench", msgs.WRENCH, STATE_QOS),
             "status": self.tx.publisher(robot.status_topic, msgs.STRING, LATCHED_QOS),  # late joiners see a hold
             "reset_done": self.tx.publisher(robot.reset_done_topic, msgs.INT64),
         }
@@ -216,6 +217,8 @@ class SimRobot:
             "ee": msgs.pose_stamped(tcp, quat, stamp, r.base_frame),
             "object": msgs.pose_stamped(obj, d.xquat[self._object], stamp, r.base_frame),
             "success": msgs.scalar(msgs.BOOL, self._success),
+            # The force the world exerts on the hand, as the sim env's `ee_force` (a Franka's external wrench).
+            "wrench": msgs.wrench_stamped(self.env.unwrapped.contacts.ee_force, np.zeros(3), stamp, r.base_frame),
         }
         for key, m in out.items():
             self._pubs[key].publish(m)

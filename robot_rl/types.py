@@ -96,6 +96,18 @@ OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_
 # Those and the ones only a simulator provides: none of them may reach a policy trained on a robot without a tracker.
 PRIVILEGED_FIELDS = (*OBJECT_FIELDS, "peg_bottom", "hole_top", "hole_minus_peg_bottom", "tcp_minus_hole_top")
 
+# The state's `ee_force` is in units of this many newtons, clipped to +-10 units: O(1) in contact and already
+# scaled, so the state normaliser leaves it as it is (`UNSCALED_FIELDS`) rather than blow up the demos' near-zero
+# spread.
+EE_FORCE_UNIT_N = 10.0
+UNSCALED_FIELDS = ("ee_force",)
+
+
+def ee_force_feature(force_n: np.ndarray) -> np.ndarray:
+    """The force the world exerts on the hand (N, base frame) as the policy observes it."""
+    return np.clip(np.asarray(force_n, np.float64) / EE_FORCE_UNIT_N, -10.0, 10.0)
+
+
 # How a state field moves when the TCP moves by `s` (`advance_view`): a cube on the table stays, the held peg moves
 # with the hand.
 TCP_SIGN = {"tcp_pos": 1.0, "tcp_minus_cube_start": 1.0, "tcp_minus_hole_top": 1.0, "cube_minus_tcp": -1.0,

@@ -60,6 +60,12 @@ class ContactMonitor:
         self.peaks = ContactPeaks()
         self.step_ee_force = 0.0  # N, the largest filtered value of the last control step
 
+    @property
+    def ee_force(self) -> np.ndarray:
+        """The filtered force the world exerts on the gripper now (N, world frame; the sensor reports the hand's
+        force on the world)."""
+        return -self._ee_filtered
+
     def reset(self) -> None:
         self.peaks = ContactPeaks()
         self.step_ee_force = 0.0

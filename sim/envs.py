@@ -9,6 +9,7 @@ short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
+  [ee_force (3, the world's force on the hand in units of 10 N) with randomization.observe_force],
   [last_actions (action_history x action dim, newest first) with randomization.action_history],
   then in `state`/`both` obs modes only the privileged object state:
   PickCube:  cube_pos (3), cube_minus_tcp (3), [cube_yaw4_sin_cos (2) if yaw: sin/cos of 4*yaw, the
@@ -39,7 +40,7 @@ from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymConfig, GymEnv
 from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
 from robot_rl.sim.rendering import CameraRenderer
-from robot_rl.types import advance_view
+from robot_rl.types import advance_view, ee_force_feature
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TASKS = ("PickCube", "PegInsert")
@@ -364,6 +365,8 @@ class PandaEnv(gym.Env):
         if self.cfg.yaw:
             parts.append(("ee_yaw_sin_cos", 2))
         parts += [("gripper_opening", 1), ("tcp_vel", 3)]
+        if self.cfg.randomization.observe_force:
+            parts.append(("ee_force", 3))
         if self.cfg.randomization.action_history:
             parts.append(("last_actions", self.cfg.randomization.action_history * self.action_dim))
         if self.cfg.obs != "pixels":
@@ -409,6 +412,7 @@ class PandaEnv(gym.Env):
             "gripper_opening": np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]),
             "tcp_vel": (tcp - self._prev_tcp) / self.control_dt,
             "last_actions": self._past.ravel(),
+            "ee_force": ee_force_feature(self.contacts.ee_force),
         }
         if self.cfg.obs != "pixels":
             if self._peg:

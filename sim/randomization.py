@@ -70,12 +70,18 @@ class RandomizationConfig:
     # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
     # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
     delay_compensation: float = 0.0
+    # Adds `ee_force` to the state: the force the world exerts on the hand, low-passed as the force limit sees it
+    # (`robot_rl.types.ee_force_feature`), which a Franka or UR driver publishes as a wrench (a robot reads it from
+    # `RobotConfig.wrench_topic`). Through the peg a policy feels a jam that its 1.5 mm of clearance and a noisy
+    # hole pose hide from the positions (docs/sim_to_real.md).
+    observe_force: bool = False
 
 
 def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:
     """No randomisation (or only `shift`) for a policy trained with `cfg`: the fields that shape what it observes
     rather than the world it acts in carry over to any evaluation of its checkpoint."""
-    return RandomizationConfig(action_history=cfg.action_history, delay_compensation=cfg.delay_compensation, **shift)
+    return RandomizationConfig(action_history=cfg.action_history, delay_compensation=cfg.delay_compensation,
+                               observe_force=cfg.observe_force, **shift)  # fmt: skip
 
 
 def is_default(cfg: RandomizationConfig) -> bool:

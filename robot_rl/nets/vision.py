@@ -91,10 +91,15 @@ class ObsEncoder(nn.Module):
             except RuntimeError as e:
                 raise ValueError(f"{path} does not fit the {cam} encoder: {e}") from None
 
-    def set_state_normalization(self, states: torch.Tensor, min_std: float = 0.01) -> None:
-        """Fixes the state normaliser from data (e.g. the demos); `min_std` keeps near-constant dims sane."""
+    def set_state_normalization(self, states: torch.Tensor, unscaled: Sequence[slice] = (),
+                                min_std: float = 0.01) -> None:  # fmt: skip
+        """Fixes the state normaliser from data (e.g. the demos); `min_std` keeps near-constant dims sane, and the
+        `unscaled` columns (already in units, `robot_rl.types.UNSCALED_FIELDS`) pass as they are."""
         self.state_mean.copy_(states.mean(0))
         self.state_std.copy_(states.std(0).clamp_min(min_std))
+        for cols in unscaled:
+            self.state_mean[cols] = 0.0
+            self.state_std[cols] = 1.0
 
     def trunk_params(self) -> list[nn.Parameter]:
         return [p for c in self.cameras for p in self.convs[c].trunk.parameters()]

@@ -91,3 +91,11 @@ def test_frozen_trunk_is_pretrained_on_demos_then_only_its_head_learns(one_threa
     sac.update([b])
     assert all(torch.equal(a, p) for a, p in zip(trunk, enc.trunk_params(), strict=True))
     assert any(not torch.equal(a, p) for a, p in zip(head, enc.convs["front"].head.parameters(), strict=True))
+
+
+def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are() -> None:
+    enc = SAC(SACConfig(), 6, 4).policy.encoder
+    states = torch.randn(500, 6) * torch.tensor([2.0, 2.0, 2.0, 1e-4, 1e-4, 1e-4]) + 3.0
+    enc.set_state_normalization(states, unscaled=[slice(3, 6)])
+    assert torch.allclose(enc.state_mean[:3], states[:, :3].mean(0)) and (enc.state_std[:3] > 1.5).all()
+    assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x

@@ -22,7 +22,7 @@ from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.envs import EnvConfig, make_env
 from robot_rl.sim.randomization import RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
-from robot_rl.types import PRIVILEGED_FIELDS
+from robot_rl.types import EE_FORCE_UNIT_N, PRIVILEGED_FIELDS
 
 
 class Served:
@@ -308,7 +308,31 @@ def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cf
 @pytest.mark.parametrize("task", ["PickCube", "PegInsert"])
 @pytest.mark.parametrize("frame", ["absolute", "relative"])
 def test_every_sim_state_field_is_assembled_on_a_robot_or_marked_privileged(task: str, frame: str) -> None:
-    env = make_env(EnvConfig(task=task, obs_frame=frame, randomization=RandomizationConfig(action_history=2)))
+    rand = RandomizationConfig(action_history=2, observe_force=True)
+    env = make_env(EnvConfig(task=task, obs_frame=frame, randomization=rand))
     fields = set(env.unwrapped.state_layout)
     env.close()
-    assert "last_actions" in fields and fields <= set(STATE_FIELDS) | set(PRIVILEGED_FIELDS)
+    assert {"last_actions", "ee_force"} <= fields <= set(STATE_FIELDS) | set(PRIVILEGED_FIELDS)
+
+
+def test_the_wrench_topic_becomes_the_observed_force_as_the_sim_env_observes_it(robot_cfg) -> None:
+    served = Served(robot_cfg, task="PegInsert")
+    lay = {"tcp_pos": slice(0, 3), "ee_force": slice(3, 6)}
+    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    try:
+        env.reset(seed=1)
+        for _ in range(3):  # the peg held still (the force is low-passed: settled after a few steps)
+            obs = env.step(np.array([0.0, 0.0, 0.0, 1.0]))[0]
+        peg = make_env(EnvConfig(task="PegInsert"))
+        weight = peg.unwrapped.model.body("peg").mass[0] * 9.81
+        peg.close()
+        np.testing.assert_allclose(obs["state"][3:], [0.0, 0.0, -weight / EE_FORCE_UNIT_N], atol=0.01)
+        for _ in range(30):
+            obs = env.step(np.array([0.0, 0.0, -1.0, 1.0]))[0]
+        assert obs["state"][5] * EE_FORCE_UNIT_N > 3.0  # pressed on the block, it pushes back up
+    finally:
+        env.close()
+        served.close()
+    no_wrench = load_robot_config("sim", [f"domain_id={robot_cfg.domain_id}", "backend=inproc", "wrench_topic=''"])
+    with pytest.raises(ValueError, match="wrench_topic"):
+        RobotEnv(no_wrench, lay)

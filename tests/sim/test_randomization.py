@@ -7,6 +7,8 @@ import numpy as np
 
 from robot_rl.cli import load_config
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
+from robot_rl.sim.randomization import nominal
+from robot_rl.types import EE_FORCE_UNIT_N
 
 
 def expert_episodes(rand: RandomizationConfig, episodes: int) -> tuple[int, float, int]:
@@ -91,6 +93,26 @@ def test_robust_preset_reaches_the_env() -> None:
     assert nominal.action_history == 0
     peg = load_config(["task=peg_insert", "randomization=robust_peg"]).env.randomization
     assert peg.object_size_scale[1] <= 1.0 and peg.obs_noise < 0.0015  # never less clearance, noise under it
+    assert peg.observe_force and not nominal.observe_force
+
+
+def test_observed_force_is_the_world_on_the_hand_in_units_and_survives_nominal_evaluation() -> None:
+    rand = RandomizationConfig(observe_force=True, friction_scale=(0.5, 0.5))
+    env = make_env(EnvConfig(task="PegInsert", randomization=rand), seed=0)
+    lay = env.unwrapped.state_layout
+    env.reset(seed=0)
+    for _ in range(3):  # holding the peg still: its weight pulls the hand down
+        obs, *_ = env.step(np.array([0.0, 0.0, 0.0, 1.0]))
+    peg_weight = env.unwrapped.model.body("peg").mass[0] * 9.81
+    np.testing.assert_allclose(obs["state"][lay["ee_force"]], [0.0, 0.0, -peg_weight / EE_FORCE_UNIT_N], atol=0.01)
+    for _ in range(30):  # pressing the peg down onto the block: the block pushes back up
+        obs, _, term, trunc, info = env.step(np.array([0.0, 0.0, -1.0, 1.0]))
+    force = obs["state"][lay["ee_force"]] * EE_FORCE_UNIT_N
+    assert force[2] > 3.0 and np.linalg.norm(force) <= info["peak_ee_force"] + 1e-6
+    env.close()
+    kept = nominal(rand)
+    assert kept.observe_force and kept.friction_scale == (1.0, 1.0)
+    assert "ee_force" not in make_env(EnvConfig(task="PegInsert")).unwrapped.state_layout
 
 
 def test_past_actions_are_observed_only_when_asked_newest_first() -> None:
