@@ -56,23 +56,29 @@ def test_plain_node_lists_reads_and_drives_the_sim_robot(domain: int) -> None:
             images = peer.subscribe(f"{NS}/camera/front/image", "sensor_msgs/msg/Image", "sensor")
             poses = peer.subscribe(f"{NS}/ee_pose", "geometry_msgs/msg/PoseStamped", "default")
             status = peer.subscribe(f"{NS}/robot_status", "std_msgs/msg/String", "default")
+            wrench = peer.subscribe(f"{NS}/ee_wrench", "geometry_msgs/msg/WrenchStamped", "sensor")
 
             def listed() -> bool:
                 if ("sim_robot", NS) not in peer.node.get_node_names_and_namespaces():
                     return False
                 pubs, subs = peer.node_endpoints("sim_robot", NS)
-                return {f"{NS}/joint_states", f"{NS}/ee_pose", f"{NS}/camera/front/image"} <= pubs.keys() and {
-                    f"{NS}/ee_target", f"{NS}/gripper_command", f"{NS}/estop"} <= subs.keys()  # fmt: skip
+                state = {f"{NS}/joint_states", f"{NS}/ee_pose", f"{NS}/ee_wrench", f"{NS}/camera/front/image"}
+                return (
+                    state <= pubs.keys() and {f"{NS}/ee_target", f"{NS}/gripper_command", f"{NS}/estop"} <= subs.keys()
+                )
 
             peer.spin_until(listed, 60, "sim_robot listed with its endpoints")
             peer.spin_until(
-                lambda: len(joints) > 5 and len(images) > 2 and len(poses) > 5 and bool(status),
+                lambda: len(joints) > 5 and len(images) > 2 and len(poses) > 5 and bool(status) and len(wrench) > 5,
                 30,
                 "state, images and status",
             )
             js, img = joints[-1], images[-1]
             assert len(js.name) == len(js.position) == 9 and js.name[0] == "joint1"
             assert (img.height, img.width, img.encoding) == (64, 64, "rgb8") and len(img.data) == 64 * 64 * 3
+            w = wrench[-1]  # in the base frame of the TCP pose; the hand in free air: no force on it
+            assert w.header.frame_id == poses[-1].header.frame_id and w.header.stamp.sec > 0
+            assert abs(w.wrench.force.z) < 1.0
 
             start = tcp(poses)
             target = start + np.array([0.0, 0.05, 0.05])
