@@ -55,32 +55,30 @@ def pose_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z])
 
 
+def _vector3(v: np.ndarray) -> Any:
+    return _t("geometry_msgs/msg/Vector3")(x=float(v[0]), y=float(v[1]), z=float(v[2]))
+
+
+def _array3(v: Any) -> np.ndarray:
+    return np.array([v.x, v.y, v.z])
+
+
 def twist_stamped(linear: np.ndarray, angular: np.ndarray, stamp: float, frame_id: str) -> Any:
-    vec = _t("geometry_msgs/msg/Vector3")
-    twist = _t("geometry_msgs/msg/Twist")(
-        linear=vec(x=float(linear[0]), y=float(linear[1]), z=float(linear[2])),
-        angular=vec(x=float(angular[0]), y=float(angular[1]), z=float(angular[2])),
-    )
+    twist = _t("geometry_msgs/msg/Twist")(linear=_vector3(linear), angular=_vector3(angular))
     return _t(TWIST)(header=header(stamp, frame_id), twist=twist)
 
 
 def twist_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
-    lin, ang = msg.twist.linear, msg.twist.angular
-    return np.array([lin.x, lin.y, lin.z]), np.array([ang.x, ang.y, ang.z])
+    return _array3(msg.twist.linear), _array3(msg.twist.angular)
 
 
 def wrench_stamped(force: np.ndarray, torque: np.ndarray, stamp: float, frame_id: str) -> Any:
-    vec = _t("geometry_msgs/msg/Vector3")
-    wrench = _t("geometry_msgs/msg/Wrench")(
-        force=vec(x=float(force[0]), y=float(force[1]), z=float(force[2])),
-        torque=vec(x=float(torque[0]), y=float(torque[1]), z=float(torque[2])),
-    )
+    wrench = _t("geometry_msgs/msg/Wrench")(force=_vector3(force), torque=_vector3(torque))
     return _t(WRENCH)(header=header(stamp, frame_id), wrench=wrench)
 
 
 def force_of(msg: Any) -> np.ndarray:
-    f = msg.wrench.force
-    return np.array([f.x, f.y, f.z])
+    return _array3(msg.wrench.force)
 
 
 def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:
