@@ -97,8 +97,8 @@ OBJECT_FIELDS = ("cube_pos", "cube_minus_tcp", "cube_yaw4_sin_cos", "cube_minus_
 PRIVILEGED_FIELDS = (*OBJECT_FIELDS, "peg_bottom", "hole_top", "hole_minus_peg_bottom", "tcp_minus_hole_top")
 
 # The state's `ee_force` is in units of this many newtons, clipped to +-10 units: O(1) in contact and already
-# scaled, so the state normaliser leaves it as it is (`UNSCALED_FIELDS`) rather than blow up the demos' near-zero
-# spread.
+# scaled, so the state normaliser (`ObsEncoder.set_state_normalization`) leaves it as it is rather than blow up the
+# demos' near-zero spread.
 EE_FORCE_UNIT_N = 10.0
 UNSCALED_FIELDS = ("ee_force",)
 

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
+from robot_rl.envs import state_layout
 from robot_rl.evaluation import evaluate
 from robot_rl.loop.trainer import EvalLog, prepare_demos, print_eval_table, start_run
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
@@ -74,7 +75,7 @@ def train_bc(cfg: TrainConfig) -> Path:
     train_set, val_set = data.split(bc.val_fraction, cfg.seed) if len(store) >= 5 else (data, None)
 
     model = make_chunk_policy(pcfg, state_dim, eval_env.action_space.shape[0], cameras, image_size or 64)
-    model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]))
+    model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]), state_layout(eval_env))
     state = BCState(model).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=bc.weight_decay)
     step, wall_before = 0, 0.0

@@ -116,7 +116,7 @@ def train_classifier(
     train, val, test = (join([episodes[i] for i in ids]) for ids in (tr, va, te))
     state_dim = max(b for _, b in layout["state_layout"].values())
     clf = RewardClassifier(state_dim, layout["cameras"], layout["image_size"] or 64)
-    clf.encoder.set_state_normalization(torch.from_numpy(train.obs["state"]))
+    clf.encoder.set_state_normalization(torch.from_numpy(train.obs["state"]), layout["state_layout"])
     try:
         train_reward_classifier(clf, train, steps, seed=seed)
     except ValueError as e:

@@ -51,7 +51,7 @@ from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import Learner
 from robot_rl.sim.envs import make_env, obs_layout
 from robot_rl.sim.experts import ScriptedExpert
-from robot_rl.types import UNSCALED_FIELDS, Transition
+from robot_rl.types import Transition
 
 
 def resolve_device(name: str) -> torch.device:
@@ -375,19 +375,17 @@ class TrainingRun:
                 for t in episode:
                     demo_buf.add(t)
         algo = SAC(cfg.sac, state_dim, action_dim, cameras, image_size)
-        unscaled = [slice(*self.state_layout[f]) for f in UNSCALED_FIELDS if f in self.state_layout]
         if len(demo_buf):
-            states = torch.from_numpy(demo_buf.obs["state"][demo_buf.valid])
-            algo.policy.encoder.set_state_normalization(states, unscaled)
+            states = demo_buf.obs["state"][demo_buf.valid]
         elif cfg.robot is not None:
             # No demos on a robot: the normaliser spans what the robot config allows (workspace, joint limits, speed
             # limits), so no arm time goes to a probe and a learner node needs no arm (a checkpoint carries it on).
             from robot_rl.real.robot import envelope_states
 
-            algo.policy.encoder.set_state_normalization(torch.from_numpy(envelope_states(cfg.robot, cfg.seed)))
+            states = envelope_states(cfg.robot, cfg.seed)
         else:  # DSRL: the states of a few random episodes fix the normaliser
-            states = torch.from_numpy(probe_states(self.eval_env, cfg.seed))
-            algo.policy.encoder.set_state_normalization(states, unscaled)
+            states = probe_states(self.eval_env, cfg.seed)
+        algo.policy.encoder.set_state_normalization(torch.from_numpy(states), self.state_layout)
         if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
             algo.pretrain_trunk(demo_buf)
             for buf in (demo_buf, online_buf):

@@ -11,6 +11,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from robot_rl.types import UNSCALED_FIELDS
+
 
 def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
     """DrQ augmentation: shift each image by a random integer offset in [-pad, pad], replicating edges.
@@ -91,15 +93,17 @@ class ObsEncoder(nn.Module):
             except RuntimeError as e:
                 raise ValueError(f"{path} does not fit the {cam} encoder: {e}") from None
 
-    def set_state_normalization(self, states: torch.Tensor, unscaled: Sequence[slice] = (),
+    def set_state_normalization(self, states: torch.Tensor, layout: Mapping[str, Sequence[int]] | None = None,
                                 min_std: float = 0.01) -> None:  # fmt: skip
         """Fixes the state normaliser from data (e.g. the demos); `min_std` keeps near-constant dims sane, and the
-        `unscaled` columns (already in units, `robot_rl.types.UNSCALED_FIELDS`) pass as they are."""
+        columns of `UNSCALED_FIELDS` in `layout` (field -> [start, stop]; already in units) pass as they are."""
         self.state_mean.copy_(states.mean(0))
         self.state_std.copy_(states.std(0).clamp_min(min_std))
-        for cols in unscaled:
-            self.state_mean[cols] = 0.0
-            self.state_std[cols] = 1.0
+        for field in UNSCALED_FIELDS:
+            if layout and field in layout:
+                cols = slice(*layout[field])
+                self.state_mean[cols] = 0.0
+                self.state_std[cols] = 1.0
 
     def trunk_params(self) -> list[nn.Parameter]:
         return [p for c in self.cameras for p in self.convs[c].trunk.parameters()]

@@ -96,6 +96,6 @@ def test_frozen_trunk_is_pretrained_on_demos_then_only_its_head_learns(one_threa
 def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are() -> None:
     enc = SAC(SACConfig(), 6, 4).policy.encoder
     states = torch.randn(500, 6) * torch.tensor([2.0, 2.0, 2.0, 1e-4, 1e-4, 1e-4]) + 3.0
-    enc.set_state_normalization(states, unscaled=[slice(3, 6)])
+    enc.set_state_normalization(states, {"tcp_pos": [0, 3], "ee_force": [3, 6]})
     assert torch.allclose(enc.state_mean[:3], states[:, :3].mean(0)) and (enc.state_std[:3] > 1.5).all()
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
