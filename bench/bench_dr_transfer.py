@@ -48,9 +48,9 @@ def _cli(*args: str) -> list[str]:
 def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:
     """In-process rollouts; the checkpoint's own training randomisation is replaced by nominal or the shift."""
     from robot_rl.checkpoint import load_policy
+    from robot_rl.envs import make_env
     from robot_rl.evaluation import rollout
-    from robot_rl.sim.envs import make_env
-    from robot_rl.sim.randomization import nominal
+    from robot_rl.sim.config import nominal
 
     policy, cfg = load_policy(ckpt)
     # Only the observation layout carries over from training; the dynamics are nominal or the shift.

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from common import rates
 
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim.config import EnvConfig
 from robot_rl.sim.maniskill import ManiSkillVecEnv, vulkan_available
 
 TASK = "PickCube-v1"

@@ -17,10 +17,11 @@ import sys
 
 import numpy as np
 
+from robot_rl.envs import make_env
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
 from robot_rl.real.timing import percentiles_ms
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.config import EnvConfig
 from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
 
 os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)

@@ -10,7 +10,8 @@ import mujoco
 import numpy as np
 from common import rates
 
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim.config import EnvConfig
 
 
 def random_stepper(env, rng: np.random.Generator, states: list[np.ndarray] | None = None):

@@ -101,8 +101,8 @@ def train(run_dir: Path, task: str, preset: str, seed: int, threads: int, overri
 
 def cell(env_cfg, policy_for, episodes: int) -> dict:
     """Rollouts of one (policy, shift) cell; `policy_for(env)` builds the policy for the env."""
+    from robot_rl.envs import make_env
     from robot_rl.evaluation import rollout, summarize
-    from robot_rl.sim.envs import make_env
 
     env = make_env(env_cfg)
     try:
@@ -124,8 +124,7 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
     expert (`stale_view`: on the policy's delayed view, `ExpertPolicy`)."""
     from robot_rl.checkpoint import load_policy
     from robot_rl.sim import ExpertPolicy
-    from robot_rl.sim.envs import EnvConfig
-    from robot_rl.sim.randomization import nominal
+    from robot_rl.sim.config import EnvConfig, nominal
 
     if run_dir is None:
         base, policy_for = EnvConfig(task=task), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731

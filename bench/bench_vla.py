@@ -94,7 +94,9 @@ def rl_actor_steps(policy: PI0Policy, env_steps: int) -> list[dict]:
     from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
     from robot_rl.algos.residual import ResidualConfig, ResidualEnv
     from robot_rl.algos.sac import SACConfig, make_policy
-    from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
+    from robot_rl.envs import make_env
+    from robot_rl.sim.config import EnvConfig
+    from robot_rl.types import ObsLayout
 
     rows = []
     env_cfg = EnvConfig(obs="pixels", image_size=32)
@@ -102,7 +104,8 @@ def rl_actor_steps(policy: PI0Policy, env_steps: int) -> list[dict]:
         ("residual", ResidualEnv(make_env(env_cfg, seed=0), policy, ResidualConfig(agent_cameras=False))),
         ("dsrl", NoiseEnv(make_env(env_cfg, seed=0), policy, DSRLConfig(agent_cameras=False))),
     ):
-        state_dim, cams, size = obs_layout(env)
+        lay = ObsLayout.of_env(env)
+        state_dim, cams, size = lay.state_dim, lay.cameras, lay.image_size
         agent = make_policy(SACConfig(), state_dim, env.action_space.shape[0], cams, size or 64)
         obs, _ = env.reset(seed=0)
         done, n, t = False, 0, time.perf_counter()

@@ -15,7 +15,7 @@ from robot_rl.demos.operator import Operator
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand, TeleopDevice, to_action
 from robot_rl.errors import UserError
-from robot_rl.types import Transition
+from robot_rl.types import ObsLayout, Transition
 
 
 def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Iterator[Transition]:
@@ -71,7 +71,7 @@ class CollectConfig:
 
 def env_config(cfg: CollectConfig) -> Any:
     """The EnvConfig episodes run in: `cfg.env` (or the task's default) with what collect itself decides."""
-    from robot_rl.sim.envs import EnvConfig
+    from robot_rl.sim.config import EnvConfig
 
     return dataclasses.replace(
         cfg.env or EnvConfig(),
@@ -90,7 +90,7 @@ def _plain(env_cfg: Any) -> dict[str, Any]:
 
 
 def _make_sim_env(cfg: CollectConfig) -> gym.Env:
-    from robot_rl.sim.envs import make_env
+    from robot_rl.envs import make_env
 
     return make_env(env_config(cfg))
 
@@ -98,25 +98,28 @@ def _make_sim_env(cfg: CollectConfig) -> gym.Env:
 def _make_robot_env(cfg: CollectConfig) -> gym.Env:
     """`RobotEnv` over the robot's ROS 2 topics, observing what the sim task observes (same state layout, cameras),
     so robot episodes and sim episodes train the same policy. The sim env is built only to read that layout."""
+    from robot_rl.envs import make_env
     from robot_rl.real.config import load_robot_config
-    from robot_rl.real.robot import RobotEnv, proprio_layout
-    from robot_rl.sim.envs import make_env
+    from robot_rl.real.robot import proprio_layout
 
     robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
-    robot.image_size = cfg.image_size
-    task_env = make_env(dataclasses.replace(env_config(cfg), obs="state", cameras=()))
-    layout, steps = dict(task_env.unwrapped.state_layout), task_env.unwrapped.max_episode_steps
+    env_cfg = env_config(cfg)
+    task_env = make_env(dataclasses.replace(env_cfg, obs="state", cameras=()))
+    fields, steps = dict(task_env.unwrapped.state_layout), task_env.unwrapped.max_episode_steps
     task_env.close()
     # The sim task's fields (with the object pose the simulated operator steers by), then what a robot run trains
     # on besides (`proprio_layout`: joint positions and velocities); training picks its fields by name.
-    end = max(s.stop for s in layout.values())
+    end = max(s.stop for s in fields.values())
     for name, sl in proprio_layout(robot).items():
-        if name not in layout:
-            layout[name] = slice(end, end + sl.stop - sl.start)
-            end = layout[name].stop
+        if name not in fields:
+            fields[name] = slice(end, end + sl.stop - sl.start)
+            end = fields[name].stop
     cameras = tuple(cfg.cameras) if cfg.obs in ("pixels", "both") else ()
-    return RobotEnv(robot, layout, cameras, hz=cfg.control_hz or None, max_episode_steps=steps,
-                    node_name="robot_rl_collect")  # fmt: skip
+    hz = cfg.control_hz or robot.control_hz
+    size = cfg.image_size if cameras else 0
+    layout = ObsLayout.from_slices(fields, cameras=cameras, image_size=size, max_step=env_cfg.max_step, control_hz=hz)
+    env_cfg = dataclasses.replace(env_cfg, max_episode_steps=steps)
+    return make_env(env_cfg, robot=robot, node_name="robot_rl_collect", layout=layout)
 
 
 # backend name -> env factory.  A backend's env follows the gym API with dict obs ("state" + uint8 camera

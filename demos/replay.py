@@ -130,7 +130,7 @@ def replay_env_config(meta: dict[str, Any], steps: int, yaw: bool) -> Any:
     foreign gymnasium envs included), or for stores that predate it, the default env of its task."""
     from omegaconf import OmegaConf
 
-    from robot_rl.sim.envs import EnvConfig
+    from robot_rl.sim.config import EnvConfig
 
     if meta.get("env"):
         recorded = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EnvConfig), meta["env"]))
@@ -144,7 +144,7 @@ def reexecute(store: str | os.PathLike[str], episode: int, tol: float = 1e-4) ->
     The env is rebuilt with obs="state" (no rendering); stored states from pixel-only stores are the
     proprio prefix of the full state, so the comparison uses the stored width.
     """
-    from robot_rl.sim.envs import make_env
+    from robot_rl.envs import make_env
 
     with EpisodeStore(store, "r") as st:
         meta = st.meta(episode)

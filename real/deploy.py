@@ -10,7 +10,6 @@ every episode to a zarr `EpisodeStore` in the same layout as sim demos.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
+from robot_rl.errors import UserError
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import percentiles_ms
@@ -65,33 +65,22 @@ def deploy(
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
-    from robot_rl.algos.adapters import agent_env, env_policy
-    from robot_rl.checkpoint import checkpoint_config, load_policy
-    from robot_rl.sim.envs import HELD_GRIP, make_env
+    from robot_rl.algos.adapters import env_policy
+    from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, load_policy, resolve_checkpoint
+    from robot_rl.envs import make_env
 
+    checkpoint = resolve_checkpoint(checkpoint)
     cfg = checkpoint_config(checkpoint)
-    if cfg.env.yaw:
-        raise ValueError("deployment supports position-only policies (env.yaw=false)")
-    robot = dataclasses.replace(robot, max_step=cfg.env.max_step, image_size=cfg.env.image_size)
-    if hz is not None and hz != cfg.env.control_hz:
+    layout = checkpoint_layouts(checkpoint, cfg)["env"]
+    if layout.action_dim != 4:
+        raise UserError(f"{checkpoint}: deployment supports position-only policies (env.yaw=false)")
+    if hz is not None and hz != layout.control_hz:
         log.warning("running at %.1f Hz, the policy was trained at %.1f Hz: its steps now take a different time",
-                    hz, cfg.env.control_hz)  # fmt: skip
-    if cfg.robot is not None:  # trained on a robot (`train robot=...`): what a cell measures, no sim needed
-        from robot_rl.envs import make_robot_env
-
-        policy, _ = load_policy(checkpoint)
-        env_cfg = dataclasses.replace(cfg.env, control_hz=hz or cfg.env.control_hz)
-        env = make_robot_env(env_cfg, robot, node_name="robot_rl_deploy")
-    else:
-        task_env = agent_env(cfg, make_env(cfg.env))  # only for layouts (and a residual's base), never stepped
-        agent, _ = load_policy(checkpoint, task_env)
-        policy = env_policy(cfg, agent, task_env)  # a residual agent runs with its frozen base
-        sim = task_env.unwrapped
-        cameras = tuple(k for k, s in sim.observation_space.spaces.items() if len(s.shape) == 3)
-        env = RobotEnv(robot, sim.state_layout, cameras, hz or cfg.env.control_hz, sim.max_episode_steps,
-                       delay_compensation=cfg.env.randomization.delay_compensation,
-                       held_grip=HELD_GRIP.get(cfg.env.task))  # fmt: skip
-        sim.close()
+                    hz, layout.control_hz)  # fmt: skip
+    agent, _ = load_policy(checkpoint)
+    policy = env_policy(cfg, agent)  # a residual agent runs with its frozen base
+    layout = layout.replace(control_hz=hz or layout.control_hz)
+    env = make_env(cfg.env, robot=robot, node_name="robot_rl_deploy", layout=layout)
     store = None
     if record is not None:
         from robot_rl.demos.store import EpisodeStore

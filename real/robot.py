@@ -29,7 +29,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
-from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, advance_view, ee_force_feature
+from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, ObsLayout, advance_view, ee_force_feature
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -137,23 +137,25 @@ class EstopListener:
 
 
 class RobotEnv(gym.Env):
-    """One robot behind its topics. `state_layout` is the sim task's (`PandaEnv.state_layout`), `cameras` the image
-    keys the policy reads; both come from the checkpoint so observations line up with training by construction."""
+    """One robot behind its topics, observing `layout` (a checkpoint's, or `robot_rl.envs.robot_layout` for a robot
+    run): its state fields, cameras, image size, step size and control rate, so observations line up with training
+    by construction. The robot config says only where the topics are (and its cameras' crops)."""
 
     metadata = {"render_modes": []}
 
     def __init__(
         self,
         cfg: RobotConfig,
-        state_layout: dict[str, slice],
-        cameras: tuple[str, ...] = (),
-        hz: float | None = None,
+        layout: ObsLayout,
         max_episode_steps: int = 50,
         transport: Transport | None = None,
         node_name: str = "robot_rl_deploy",
         delay_compensation: float = 0.0,
         held_grip: float | None = None,
     ) -> None:
+        if layout.action_dim != ACTION_DIM:
+            raise ValueError(f"a robot takes [dx, dy, dz, gripper] actions; the policy emits {layout.action_dim}")
+        state_layout, cameras = layout.slices(), layout.cameras
         unknown = set(state_layout) - set(STATE_FIELDS)
         if unknown:
             raise ValueError(f"cannot assemble state fields {sorted(unknown)} from robot topics; know {STATE_FIELDS}")
@@ -161,10 +163,11 @@ class RobotEnv(gym.Env):
         if missing := [c for c in cameras if c not in cams]:
             raise ValueError(f"policy needs cameras {missing}, robot config {cfg.name!r} has {sorted(cams)}")
         self.cfg = cfg
-        self.layout = dict(state_layout)
-        self.hz = hz or cfg.control_hz
+        self.obs_layout = layout
+        self.layout = state_layout
+        self.hz = layout.control_hz
         self.dt = 1.0 / self.hz
-        self.max_step = cfg.max_step
+        self.max_step = layout.max_step
         # The checkpoint's `randomization.delay_compensation`: the view is advanced by the commands it cannot show
         # yet, its age from the state's stamp, as the sim env does from its observation queue.
         self.delay_compensation = delay_compensation
@@ -224,11 +227,7 @@ class RobotEnv(gym.Env):
         # How a reset asks the person at the robot to reset the scene (reset=home|human): a prompt and Enter.
         self.operator_prompt: Any = input
 
-        n_state = max(s.stop for s in self.layout.values())
-        spaces: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(-np.inf, np.inf, (n_state,), np.float32)}
-        for c in cameras:
-            spaces[c] = gym.spaces.Box(0, 255, (cfg.image_size, cfg.image_size, 3), np.uint8)
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = layout.observation_space()
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
 
     # ------------------------------------------------------------------------------------------- streams
@@ -329,7 +328,7 @@ class RobotEnv(gym.Env):
         obs = {"state": vec}
         for name, cam in self._cams.items():
             obs[name] = msgs.decode_image(
-                self._latest[f"camera:{name}"][0], cam.compressed, self.cfg.image_size, cam.crop
+                self._latest[f"camera:{name}"][0], cam.compressed, self.obs_layout.image_size, cam.crop
             )
         self.last_obs = obs
         return obs

@@ -42,13 +42,13 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from robot_rl.envs import make_env
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
-from robot_rl.sim.envs import EnvConfig, make_env
-from robot_rl.sim.randomization import RandomizationConfig
+from robot_rl.sim.config import EnvConfig, RandomizationConfig
 from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
 
 log = logging.getLogger("robot_rl.sim_robot")

@@ -12,23 +12,22 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-import gymnasium as gym
 import torch
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors.torch import load_file, save_file
 
-from robot_rl.algos.adapters import agent_env
 from robot_rl.algos.sac import make_policy
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.policies.gaussian import GaussianPolicy
-from robot_rl.sim.envs import make_env, obs_layout
+from robot_rl.types import ObsLayout
 
 LATEST = "latest"
+LAYOUT = "layout.json"  # {"env": what the env / robot provides, "policy": what the network reads and emits}
 
 
 def _flatten_optimizer(opt: torch.optim.Optimizer, prefix: str) -> tuple[dict[str, torch.Tensor], dict]:
@@ -57,8 +56,10 @@ def save_checkpoint(
     counters: Mapping[str, int | float],
     config_yaml: str,
     buffers: Mapping[str, ReplayBuffer] | None = None,
+    layouts: Mapping[str, ObsLayout] | None = None,
 ) -> Path:
-    """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it. Only the latest checkpoint keeps
+    """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it; `layouts` ("env", "policy") go to
+    layout.json, from which a policy is built without an env (`load_policy`). Only the latest checkpoint keeps
     replay buffers (a resume reads the latest; older ones keep the policy for eval and replay): a pixel run's buffers
     are gigabytes per checkpoint."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -78,6 +79,8 @@ def save_checkpoint(
     for bname, buf in (buffers or {}).items():
         buf.save(tmp / f"buffer_{bname}.npz")
     (tmp / "config.yaml").write_text(config_yaml)
+    if layouts:
+        (tmp / LAYOUT).write_text(json.dumps({k: v.to_dict() for k, v in layouts.items()}, indent=1))
     (tmp / "counters.json").write_text(json.dumps(dict(counters), indent=1))
     _fsync_dir(tmp)
     if final.exists():
@@ -166,27 +169,41 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
         raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None
 
 
-def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
+def checkpoint_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
+    """{"env": ..., "policy": ...} of a checkpoint folder. Checkpoints from before layout.json: the env's from the
+    robot config or a sim env of the task (the one fallback that builds an env), the policy's from its weights."""
+    if (path / LAYOUT).is_file():
+        return {k: ObsLayout.from_dict(v) for k, v in json.loads((path / LAYOUT).read_text()).items()}
+    from robot_rl.envs import make_env, robot_layout
+
+    if cfg.robot is not None:
+        env_layout = robot_layout(cfg.env, cfg.robot)
+    else:
+        env = make_env(cfg.env)
+        env_layout = ObsLayout.of_env(env, cfg.env.max_step, cfg.env.control_hz)
+        env.close()
+    weights = load_file(str(path / "model.safetensors"))
+    state_dim = weights["policy.encoder.state_mean"].shape[0]
+    cameras = tuple(c for c in env_layout.cameras if any(k.startswith(f"policy.encoder.convs.{c}.") for k in weights))
+    policy = env_layout.replace(cameras=cameras, image_size=env_layout.image_size if cameras else 0)
+    if state_dim > env_layout.state_dim:  # a residual agent: the base action appended
+        policy = policy.replace(state={**env_layout.state, "base_action": (env_layout.state_dim, state_dim)})
+    if cfg.algo == "dsrl":  # noise space: the Gaussian head emits (mean, log_std) per dim
+        head = [v for k, v in weights.items() if k.startswith("policy.head.") and v.ndim == 2]
+        policy = policy.replace(action_dim=head[-1].shape[0] // 2)
+    return {"env": env_layout, "policy": policy}
+
+
+def load_policy(path: Path | str) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
     """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
-    deployment node and the robot load. Only local paths: nothing is downloaded. `env` is the env the agent acts
-    in (`agent_env(cfg, ...)`, which loads a residual / DSRL agent's frozen base) when the caller already has
-    one; without it one is built just to read the observation layout."""
+    deployment node and the robot load, built from the checkpoint's layout alone (no env, no simulator). Only
+    local paths: nothing is downloaded."""
     path = resolve_checkpoint(path)
     cfg = checkpoint_config(path)
-    if env is None and cfg.robot is not None:  # trained on a robot: its layout, without connecting to it
-        from robot_rl.envs import robot_obs_layout
-
-        (state_dim, cameras, image_size), act_dim = robot_obs_layout(cfg.env, cfg.robot), 4
-    else:
-        agent_env_ = env if env is not None else agent_env(cfg, make_env(cfg.env))
-        state_dim, cameras, image_size = obs_layout(agent_env_)
-        act_dim = agent_env_.action_space.shape[0]
-        if env is None:
-            agent_env_.close()
-    if cfg.algo == "bc":
-        policy = make_chunk_policy(cfg.bc.policy, state_dim, act_dim, cameras, image_size or 64)
-    else:
-        policy = make_policy(cfg.sac, state_dim, act_dim, cameras, image_size or 64)
+    lay = checkpoint_layouts(path, cfg)["policy"]
+    build = make_chunk_policy if cfg.algo == "bc" else make_policy
+    policy = build(cfg.bc.policy if cfg.algo == "bc" else cfg.sac, lay.state_dim, lay.action_dim, lay.cameras,
+                   lay.image_size or 64)  # fmt: skip
     weights = load_file(str(Path(path) / "model.safetensors"))
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
     return policy.eval(), cfg

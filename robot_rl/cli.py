@@ -53,7 +53,7 @@ def load_config(overrides: list[str]) -> TrainConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from robot_rl.config import TrainConfig, check_values, register_configs
+    from robot_rl.config import TrainConfig, check_config, register_configs
 
     register_configs()
     keys = [o for o in overrides if o.startswith("robot.")]
@@ -68,7 +68,7 @@ def load_config(overrides: list[str]) -> TrainConfig:
         cfg = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_explain(e, overrides, _fields(TrainConfig))) from None
-    check_values(cfg)
+    check_config(cfg)
     return cfg
 
 
@@ -117,7 +117,7 @@ def run_config(overrides: list[str]) -> TrainConfig:
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import latest_checkpoint
-    from robot_rl.config import TrainConfig, check_values
+    from robot_rl.config import TrainConfig, check_config
 
     cfg = load_config(overrides)
     if cfg.resume:
@@ -132,7 +132,7 @@ def run_config(overrides: list[str]) -> TrainConfig:
             OmegaConf.from_dotlist([o for o in overrides if o.startswith("loop.")] + [f"resume={cfg.resume}"]),
         )
         cfg = OmegaConf.to_object(merged)
-        check_values(cfg)
+        check_config(cfg)
     return cfg
 
 
@@ -238,7 +238,8 @@ def cmd_launch(overrides: list[str]) -> int:
     if _wants_help(overrides):
         print(train_help("launch"))
         return 0
-    from robot_rl.loop.trainer import check_run_dir, default_run_dir
+    from robot_rl.loop.checks import check_run_dir
+    from robot_rl.loop.run import default_run_dir
     from robot_rl.nodes.launch import launch
 
     cfg = run_config(overrides)

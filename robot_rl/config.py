@@ -15,10 +15,20 @@ from omegaconf import OmegaConf
 from robot_rl.algos.dsrl import DSRLConfig
 from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SACConfig
+from robot_rl.errors import ConfigError
 from robot_rl.policies.chunked import ChunkPolicyConfig
 from robot_rl.real.config import RobotConfig
-from robot_rl.sim.envs import EnvConfig
-from robot_rl.sim.experts import InterventionConfig
+from robot_rl.sim.config import (
+    ARMS,
+    OBS_FRAMES,
+    OBS_MODES,
+    REWARDS,
+    SIMS,
+    TRIGGERS,
+    EnvConfig,
+    InterventionConfig,
+    is_default,
+)  # fmt: skip
 from robot_rl.transport.base import TransportConfig
 
 
@@ -155,15 +165,82 @@ MINIMUM = {
 }
 
 
-def check_values(cfg: TrainConfig) -> None:
-    """Out-of-range values fail here, naming the key, instead of producing an empty or broken run."""
-    from robot_rl.errors import ConfigError
+# Every key with a fixed set of values, and those values.
+CHOICES = {
+    "algo": ALGOS,
+    "env.sim": SIMS,
+    "env.obs": OBS_MODES,
+    "env.arm": ARMS,
+    "env.obs_frame": OBS_FRAMES,
+    "env.reward": REWARDS,
+    "reward.source": ("env", "classifier"),
+    "intervention.trigger": TRIGGERS,
+    "intervention.device": ("", "spacemouse", "gamepad", "keyboard", "simulated"),
+    "distributed.on_learner_loss": ("continue", "hold"),
+    "bc.policy.kind": ("diffusion", "mlp"),
+}
 
+
+def check_config(cfg: TrainConfig) -> None:
+    """Every value and cross-field rule of a run, checked once at load: a mistake fails here in one line naming the
+    key (`ConfigError`, exit 2) instead of as a traceback or an empty run minutes later."""
     node = OmegaConf.structured(cfg)
     for key, low in MINIMUM.items():
-        value = OmegaConf.select(node, key)
-        if value < low:
+        if (value := OmegaConf.select(node, key)) < low:
             raise ConfigError(f"bad configuration: {key}={value}: must be >= {low}")
+    for key, allowed in CHOICES.items():
+        if (value := OmegaConf.select(node, key)) not in allowed:
+            raise ConfigError(f"bad configuration: {key}={value}: expected one of {' | '.join(map(str, allowed))}")
+    for problem in (_robot_problem(cfg), _algo_problem(cfg), _sim_problem(cfg)):
+        if problem:
+            raise ConfigError(f"bad configuration: {problem}")
+
+
+def _algo_problem(cfg: TrainConfig) -> str:
+    if cfg.algo in ("residual", "dsrl") and not getattr(cfg, cfg.algo).base:
+        return f"algo={cfg.algo} needs {cfg.algo}.base=<checkpoint folder of the frozen base policy>"
+    if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):
+        return ("algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: set "
+                "intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)")  # fmt: skip
+    if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
+        return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
+    return ""
+
+
+def _sim_problem(cfg: TrainConfig) -> str:
+    if cfg.env.sim in ("gym", "maniskill") and not is_default(cfg.env.randomization):
+        return (f"env.randomization applies to the MuJoCo tasks; leave it at its default with sim={cfg.env.sim} "
+                "(randomization=none)")  # fmt: skip
+    return ""
+
+
+def _robot_problem(cfg: TrainConfig) -> str:
+    """What a run on a robot (`robot=<name>`) cannot do, saying what to set instead."""
+    if cfg.robot is None:
+        return ""
+    from robot_rl.real.config import check_robot_config
+
+    where = f"robot={cfg.robot.name}"
+    try:
+        check_robot_config(cfg.robot)
+    except ValueError as e:
+        return f"{where}: {e}"
+    if cfg.algo != "sac":
+        return f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})"
+    if cfg.env.obs == "both":
+        return f"{where}: obs=both adds the object's pose, which a robot does not measure: use obs=state or pixels"
+    if cfg.env.sim not in ("auto", "mujoco") or not is_default(cfg.env.randomization):
+        return (f"{where}: env.sim and env.randomization are the simulator's; a robot run steps the arm as it is "
+                "(leave them at their defaults)")  # fmt: skip
+    if cfg.intervention.enabled and not cfg.intervention.device:
+        return (f"{where}: the simulated human needs the simulator's object state; set intervention.device="
+                "spacemouse|gamepad|keyboard|simulated (a person, or the simulated operator on the sim robot), or "
+                "intervention.enabled=false")  # fmt: skip
+    if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
+        return (f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator labels "
+                "frames; label them in `robot-rl collect --label-frames N` and train one with `robot-rl classifier "
+                "train`")  # fmt: skip
+    return ""
 
 
 def register_configs() -> None:

@@ -180,8 +180,8 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     from robot_rl.algos.adapters import agent_env
     from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
-    from robot_rl.sim import randomization
-    from robot_rl.sim.envs import make_env
+    from robot_rl.envs import make_env
+    from robot_rl.sim import config as sim_config
 
     cfg = checkpoint_config(ckpt)
     if cfg.robot is not None:
@@ -191,12 +191,12 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
         raise UserError(f"{ckpt} was trained on robot={name}, whose observations a sim task does not make: "
                         f"evaluate it there, `robot-rl deploy {ckpt} --robot {name} --episodes N`")  # fmt: skip
     if nominal:
-        cfg.env = dataclasses.replace(cfg.env, randomization=randomization.nominal(cfg.env.randomization))
+        cfg.env = dataclasses.replace(cfg.env, randomization=sim_config.nominal(cfg.env.randomization))
     env_cfg = cfg.env
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
     env = agent_env(cfg, make_env(env_cfg))
-    policy, _ = load_policy(ckpt, env if env_cfg is cfg.env else None)  # a video env has extra cameras
+    policy, _ = load_policy(ckpt)
     rollouts = []
     for ep in range(episodes):
         r = rollout(env, policy, seed + ep, record=video_dir is not None)

@@ -6,8 +6,11 @@ Shape vocabulary: B batch, Da action dim, observations are dicts of `state` (B, 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -18,6 +21,74 @@ TorchObs = dict[str, torch.Tensor]
 class EpisodeAborted(RuntimeError):
     """The env cannot go on with this episode (a robot's e-stop, safety fault, or silence). What the episode produced
     so far stays valid, and nothing about it is terminal: a stop says nothing about the policy's task."""
+
+
+@dataclass(frozen=True)
+class ObsLayout:
+    """What a policy reads and emits, one description for every side of a run: the sim envs and `RobotEnv` give
+    observations in it, the trainer builds networks from it and every checkpoint saves it (`layout.json`), so
+    `load_policy` and deploy need neither an env nor the simulator."""
+
+    state: dict[str, tuple[int, int]]  # field -> (start, stop) in obs["state"], in order (sim/envs.py names them)
+    cameras: tuple[str, ...] = ()
+    image_size: int = 0  # pixels of each square camera frame; 0 without cameras
+    crops: dict[str, tuple[int, ...]] = field(default_factory=dict)  # camera -> [top, left, h, w] a robot cut
+    action_dim: int = 4
+    max_step: float = 0.025  # metres of target motion per step at |action| = 1
+    control_hz: float = 10.0
+
+    @property
+    def state_dim(self) -> int:
+        return max((stop for _, stop in self.state.values()), default=0)
+
+    def slices(self) -> dict[str, slice]:
+        return {k: slice(a, b) for k, (a, b) in self.state.items()}
+
+    def observation_space(self) -> gym.spaces.Dict:
+        size = (self.image_size, self.image_size, 3)
+        spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (self.state_dim,), np.float32)}
+        return gym.spaces.Dict({**spaces, **{c: gym.spaces.Box(0, 255, size, np.uint8) for c in self.cameras}})
+
+    def replace(self, **changes: Any) -> ObsLayout:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "state": {k: list(v) for k, v in self.state.items()},
+                "cameras": list(self.cameras), "crops": {k: list(v) for k, v in self.crops.items()}}  # fmt: skip
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ObsLayout:
+        return ObsLayout(
+            state={k: (int(a), int(b)) for k, (a, b) in d["state"].items()},
+            cameras=tuple(d.get("cameras", ())),
+            image_size=int(d.get("image_size", 0)),
+            crops={k: tuple(v) for k, v in d.get("crops", {}).items()},
+            action_dim=int(d.get("action_dim", 4)),
+            max_step=float(d.get("max_step", 0.025)),
+            control_hz=float(d.get("control_hz", 10.0)),
+        )
+
+    @staticmethod
+    def from_slices(fields: dict[str, slice], **rest: Any) -> ObsLayout:
+        return ObsLayout(state={k: (s.start, s.stop) for k, s in fields.items()}, **rest)
+
+    @staticmethod
+    def of_env(env: gym.Env, max_step: float = 0.025, control_hz: float = 10.0) -> ObsLayout:
+        """The layout of what `env` (a wrapper too) observes: its spaces, and the state fields named by the
+        outermost env in its wrapper chain that has a `state_layout` (an adapter that appends to the state says so)."""
+        space = env.observation_space
+        cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
+        e = env
+        while (fields := getattr(e, "state_layout", None)) is None and isinstance(e, gym.Wrapper):
+            e = e.env
+        return ObsLayout.from_slices(
+            fields or {"state": slice(0, space["state"].shape[0])},
+            cameras=cameras,
+            image_size=space[cameras[0]].shape[0] if cameras else 0,
+            action_dim=env.action_space.shape[0],
+            max_step=max_step,
+            control_hz=control_hz,
+        )
 
 
 @dataclass

@@ -28,7 +28,7 @@ dimension says (as in HIL-SERL insertion tasks), so the policy only learns the c
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +36,14 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.sim.config import ARMS, EPISODE_STEPS, HELD_GRIP, OBS_FRAMES, OBS_MODES, TASKS, EnvConfig, is_default
 from robot_rl.sim.contacts import ContactMonitor
-from robot_rl.sim.gym_env import GymConfig, GymEnv
-from robot_rl.sim.randomization import DomainRandomizer, RandomizationConfig, is_default
+from robot_rl.sim.gym_env import GymEnv
+from robot_rl.sim.randomization import DomainRandomizer
 from robot_rl.sim.rendering import CameraRenderer
 from robot_rl.types import advance_view, ee_force_feature
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-TASKS = ("PickCube", "PegInsert")
-OBS_MODES = ("state", "pixels", "both")
-ARMS = ("osc", "mocap")
-OBS_FRAMES = ("absolute", "relative")
 _OSC_GROUP = 1  # actuator group of the Cartesian impedance actuators in panda.xml
 FINGER_OPEN = 0.04  # per-finger slide (m): gap 8 cm when open
 # Task parameters. Every size and height they are measured against (object half-extents, table top, hole width)
@@ -56,11 +53,6 @@ PEG_BELOW_TCP = 0.01  # peg centre sits this far below the TCP when held
 INSERT_DEPTH = 0.03  # PegInsert success depth below the hole top
 GRASP_SLACK = 0.006  # finger gap within the object's width +- this (and the TCP within the object) is a grasp
 ARM_DOFS = slice(0, 7)
-# Tasks whose gripper holds one command whatever the action says (PegInsert starts with the peg grasped). It is the
-# executed command, so `last_actions` shows it too (the sim env and a robot's RobotEnv alike): with the ignored,
-# freely chosen output fed back instead, and a normaliser fitted to the demos' constant "closed" (std 0.01), the
-# policy chased its own gripper outputs: PegInsert with 3 past actions learned nothing in 8000 env steps.
-HELD_GRIP = {"PegInsert": 1.0}
 
 
 def down_quat(yaw: float) -> np.ndarray:
@@ -76,53 +68,12 @@ class _TaskSpec:
     ee_start: tuple[float, float, float]
     workspace_lo: tuple[float, float, float]  # z: above the table top
     workspace_hi: tuple[float, float, float]
-    episode_steps: int
 
 
 _TASKS: dict[str, _TaskSpec] = {
-    "PickCube": _TaskSpec(
-        "pick_cube.xml", "cube", (0.5, 0.0), (0.5, 0.0, 0.15), (0.3, -0.25, 0.01), (0.7, 0.25, 0.3), 50
-    ),
-    "PegInsert": _TaskSpec(
-        "peg_insert.xml", "peg", (0.55, 0.0), (0.5, 0.0, 0.2), (0.35, -0.2, 0.05), (0.7, 0.2, 0.3), 60
-    ),
+    "PickCube": _TaskSpec("pick_cube.xml", "cube", (0.5, 0.0), (0.5, 0.0, 0.15), (0.3, -0.25, 0.01), (0.7, 0.25, 0.3)),
+    "PegInsert": _TaskSpec("peg_insert.xml", "peg", (0.55, 0.0), (0.5, 0.0, 0.2), (0.35, -0.2, 0.05), (0.7, 0.2, 0.3)),
 }
-
-
-@dataclass
-class EnvConfig:
-    task: str = "PickCube"  # PickCube | PegInsert, a ManiSkill id (PickCube-v1, ...), or any gymnasium id with sim=gym
-    sim: str = "auto"  # mujoco | maniskill | gym | auto (by task name: ManiSkill ids end in -v<N>)
-    obs: str = "state"  # state | pixels | both  (pixels: cameras + proprio only)
-    cameras: tuple[str, ...] = ("front", "wrist")
-    image_size: int = 64
-    control_hz: float = 10.0
-    max_episode_steps: int = 0  # 0 => task default (PickCube 50, PegInsert 60)
-    reward: str = "sparse"  # sparse | dense
-    yaw: bool = False  # adds a dyaw action dim before the gripper
-    terminate_on_success: bool = True
-    max_step: float = 0.025  # metres of target motion per step at |action| = 1
-    max_yaw_step: float = 0.25  # radians per step at |action| = 1
-    # osc: the Panda's joints driven by a Cartesian impedance controller with force and torque limits (a real
-    # Franka); mocap: the hand welded to the target, there within ~10 ms whatever it pushes (sim/assets/panda.xml).
-    arm: str = "osc"
-    # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
-    # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
-    # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
-    ee_force_limit: float = 50.0
-    # What forces cost in the reward (docs/sim_to_real.md, "Forces"). The step that trips `ee_force_limit` is a
-    # true terminal (no bootstrapping past it) worth `safety_reward`; every other step short of success pays
-    # force_cost * (its peak EE force / ee_force_limit)^2, so the many touches under the limit teach the critic to
-    # slow down before contact, not only the rare stops (the expert's <= 15 N grasps pay <= 0.09). A success is 1.
-    safety_reward: float = -1.0
-    force_cost: float = 1.0
-    # relative: positions only relative to the object (its start, the hole), see the module docstring; absolute:
-    # the TCP and object positions in the world frame, with which policies learned absolute heights (a table 2.5 cm
-    # higher: 0/40, docs/sim_to_real.md). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill
-    # and gym envs keep their own layouts.
-    obs_frame: str = "relative"
-    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
-    gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 
 
 class PandaEnv(gym.Env):
@@ -154,7 +105,7 @@ class PandaEnv(gym.Env):
         steps = 1.0 / (cfg.control_hz * m.opt.timestep)
         self.n_substeps = max(1, round(steps))
         self.control_dt = self.n_substeps * m.opt.timestep
-        self.max_episode_steps = cfg.max_episode_steps or spec.episode_steps
+        self.max_episode_steps = cfg.max_episode_steps or EPISODE_STEPS[cfg.task]
 
         self._tcp_id = m.site("tcp").id
         self._mocap_id = m.body_mocapid[m.body("target").id]
@@ -500,21 +451,9 @@ class PandaEnv(gym.Env):
         return d.qpos[ARM_DOFS].copy()
 
 
-def task_episode_steps(cfg: EnvConfig) -> int:
-    """Episode length of `cfg`'s task without building it (a robot runs the task's length too)."""
-    return cfg.max_episode_steps or (_TASKS[cfg.task].episode_steps if cfg.task in _TASKS else 50)
-
-
-def obs_layout(env: gym.Env) -> tuple[int, tuple[str, ...], int]:
-    """(state dim, camera keys, image size) of an env following this module's observation convention."""
-    space = env.observation_space
-    cameras = tuple(k for k, s in space.spaces.items() if len(s.shape) == 3)
-    size = space[cameras[0]].shape[0] if cameras else 0
-    return space["state"].shape[0], cameras, size
-
-
-def make_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
-    """Build an env; with a seed, its first reset and its action space are seeded."""
+def make_sim_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
+    """The simulator env of `cfg` (built through `robot_rl.envs.make_env`, the one entry point); with a seed, its
+    first reset and its action space are seeded."""
     from robot_rl.sim.maniskill import is_maniskill_task, make_maniskill_env  # numpy-only until it builds one
 
     sim = cfg.sim if cfg.sim != "auto" else ("maniskill" if is_maniskill_task(cfg.task) else "mujoco")

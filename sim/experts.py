@@ -8,12 +8,12 @@ arm (cube dropped, gripper closed on nothing, peg stuck beside the hole, ...).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.sim.config import TRIGGERS, InterventionConfig
 from robot_rl.sim.envs import FINGER_OPEN, INSERT_DEPTH
 
 GRIP_CLOSE, GRIP_OPEN = 1.0, -1.0
@@ -134,24 +134,6 @@ def goal_distance(s: dict[str, Any]) -> float:
     if s["grasped"]:
         return float(max(0.0, s["lift_z"] - s["object_pos"][2]))
     return float(np.linalg.norm(s["object_pos"] - s["tcp"]) + lift)
-
-
-@dataclass
-class InterventionConfig:
-    enabled: bool = True
-    # away_from_goal: the goal distance grew for `patience` consecutive steps (or the object was dropped);
-    # no_progress: it did not shrink for `patience` steps; always: the human drives every step.
-    trigger: str = "away_from_goal"
-    patience: int = 3
-    takeover_steps: int = 10
-    max_rate: float = 1.0  # probability of stepping in when triggered, at the start of training
-    min_rate: float = 0.0  # ... and after `decay_steps` env steps
-    decay_steps: int = 20_000  # linear decay from max_rate to min_rate; 0 keeps max_rate forever
-    progress_tol: float = 0.002  # metres of goal-distance change that count as moving
-    expert_noise: float = 0.0
-
-
-TRIGGERS = ("away_from_goal", "no_progress", "always")
 
 
 class SimulatedHuman:

@@ -11,28 +11,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass, field
 from typing import Any
 
 import cv2
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.sim.config import GymConfig
+
 __all__ = ["GymConfig", "GymEnv", "NoPrivilegedState"]
-
-
-@dataclass
-class GymConfig:
-    module: str = ""  # imported first, to register its ids; "" = the id's namespace if it names a module (gym_hil)
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gym.make
-    state_keys: list[str] = field(default_factory=list)  # entries concatenated into `state`; [] = all non-images
-    cameras: dict[str, str] = field(default_factory=dict)  # our camera name -> image entry; {} = all images
-    # Our action -> the env's: env dim i gets action[action_from[i]] * action_scale[i] (index -1: 0).
-    # [] = our action is the env's, rescaled from [-1, 1] to its bounds.
-    action_from: list[int] = field(default_factory=list)
-    action_scale: list[float] = field(default_factory=list)
-    success_key: str = "success"  # info key whose truth is success (gym-hil: succeed)
-    privileged: str = ""  # `module:Class` giving sim_state() / expert_goal() for demos and the simulated human
 
 
 class NoPrivilegedState(RuntimeError):

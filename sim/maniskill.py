@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 if TYPE_CHECKING:
-    from robot_rl.sim.envs import EnvConfig
+    from robot_rl.sim.config import EnvConfig
 
 CAMERAS = {"front": "base_camera", "wrist": "hand_camera"}  # our name -> ManiSkill sensor uid
 ROBOT = "panda_wristcam"  # the Panda plus a hand camera; same arm and gripper in every task, so demos replay alike

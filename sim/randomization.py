@@ -20,74 +20,10 @@ The preset that keeps >= 90 % of nominal success against a shifted robot is `con
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import mujoco
 import numpy as np
 
-
-@dataclass
-class RandomizationConfig:
-    # Task randomness: object start position offset (+-x, +-y metres) around the task's nominal spot.
-    object_xy_range: tuple[float, float] = (0.08, 0.08)
-    # Starts at least this far (metres, the larger of |dx|, |dy|) from the nominal spot: 0 samples the whole box; the
-    # transfer suite uses it to start the object only outside the region a policy trained on.
-    object_xy_min: float = 0.0
-    # Object start yaw +-range (rad); only used when the env has yaw control (otherwise yaw is 0).
-    object_yaw_range: float = 0.785
-    # Gripper start position jitter (+- metres per axis).
-    ee_start_jitter: float = 0.01
-    friction_scale: tuple[float, float] = (1.0, 1.0)
-    mass_scale: tuple[float, float] = (1.0, 1.0)
-    damping_scale: tuple[float, float] = (1.0, 1.0)
-    camera_pos_jitter: float = 0.0  # metres
-    camera_rot_jitter: float = 0.0  # radians, about a random axis
-    color_jitter: float = 0.0  # +- on each RGB channel of the object and the table
-    table_height: tuple[float, float] = (0.0, 0.0)  # metres added to the table top (the robot base stays put)
-    object_size_scale: tuple[float, float] = (1.0, 1.0)  # the object's extents (mass kept, inertia follows)
-    # Arm lag: the impedance controller's stiffness and damping (arm=osc), one factor each per episode.
-    arm_stiffness_scale: tuple[float, float] = (1.0, 1.0)
-    arm_damping_scale: tuple[float, float] = (1.0, 1.0)
-    # Control steps by which the observation lags the physics (camera/state pipeline): `obs_delay` ..
-    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_actions` are never delayed.
-    obs_delay: int = 0
-    obs_delay_max: int = 0
-    # Metres, Gaussian, per step, on the observed object positions (cube, peg, hole): a tracker's error. The TCP comes
-    # from joint encoders and stays exact.
-    obs_noise: float = 0.0
-    # Control steps between a commanded action and its execution: `action_latency` .. `action_latency_max`,
-    # drawn per episode (a max below the min means "exactly action_latency"). The delayed thing is the absolute
-    # TCP target made from the TCP the policy saw, as on a robot whose controller gets pose targets late.
-    action_latency: int = 0
-    action_latency_max: int = 0
-    # Adds `last_actions` to the state: the clipped actions of the last `action_history` steps, newest first. A
-    # memoryless policy cannot tell a late command from a lost one, nor how far the arm moved since a stale view;
-    # next to `tcp_vel` the recent actions show it. Robot deployment (real/robot.py) fills them from what it sent.
-    action_history: int = 0
-    # A Smith predictor on the view: a state `obs_delay` steps old has its TCP fields advanced by this fraction of
-    # the commanded motion since (`robot_rl.types.advance_view`, from `last_actions`, so it needs `action_history` >=
-    # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
-    # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
-    delay_compensation: float = 0.0
-    # Adds `ee_force` to the state: the force the world exerts on the hand, low-passed as the force limit sees it
-    # (`robot_rl.types.ee_force_feature`), which a Franka or UR driver publishes as a wrench (a robot reads it from
-    # `RobotConfig.wrench_topic`). Through the peg a policy feels a jam that its 1.5 mm of clearance and a noisy
-    # hole pose hide from the positions (docs/sim_to_real.md).
-    observe_force: bool = False
-
-
-def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:
-    """No randomisation (or only `shift`) for a policy trained with `cfg`: the fields that shape what it observes
-    rather than the world it acts in carry over to any evaluation of its checkpoint."""
-    return RandomizationConfig(action_history=cfg.action_history, delay_compensation=cfg.delay_compensation,
-                               observe_force=cfg.observe_force, **shift)  # fmt: skip
-
-
-def is_default(cfg: RandomizationConfig) -> bool:
-    """Whether `cfg` asks for nothing beyond the task's own randomness (lists and tuples compare alike)."""
-    norm = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(cfg).items()}
-    return norm == vars(RandomizationConfig())
+from robot_rl.sim.config import RandomizationConfig
 
 
 def _active(scale_range: tuple[float, float]) -> bool:

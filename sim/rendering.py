@@ -8,14 +8,11 @@ module, when mujoco's own backend choice may already be fixed to GLFW (which nee
 
 from __future__ import annotations
 
-import ctypes.util
 import importlib
 import os
 
-os.environ.setdefault("MUJOCO_GL", "egl" if ctypes.util.find_library("EGL") else "osmesa")
-
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
+import mujoco
+import numpy as np
 
 _BACKENDS = ("egl", "osmesa")
 

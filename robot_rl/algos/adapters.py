@@ -14,6 +14,7 @@ import torch
 
 from robot_rl.algos.dsrl import NoiseEnv
 from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
+from robot_rl.errors import UserError
 
 if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
@@ -33,7 +34,7 @@ def load_base(path: str | Path) -> torch.nn.Module:
 
         return load_vla(path)
     hint = " (a vla-sft output: pass its checkpoints/final)" if (path / "checkpoints").is_dir() else ""
-    raise FileNotFoundError(
+    raise UserError(
         f"{path} is not a base policy folder{hint}: expected a robot-rl checkpoint (config.yaml, e.g. "
         "<run>/checkpoints/final) or a VLA checkpoint (vla.json or a pi0 config.json)"
     )
@@ -43,29 +44,24 @@ def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
     """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base with `load_base`."""
     if cfg.algo not in ("residual", "dsrl"):
         return env
-    base_path = cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base
-    if not base_path:
-        raise ValueError(f"algo={cfg.algo} needs {cfg.algo}.base=<checkpoint folder of the frozen base policy>")
-    base = load_base(base_path)
+    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base)
     reads = getattr(getattr(base, "cfg", None), "cameras", ())  # a VLA's cameras (its VLAConfig)
     if missing := [c for c in reads if c not in env.observation_space.spaces]:
-        raise ValueError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
+        raise UserError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
     if cfg.algo == "residual":
         return ResidualEnv(env, base, cfg.residual)
     return NoiseEnv(env, base, cfg.dsrl)
 
 
-def env_policy(cfg: TrainConfig, agent: torch.nn.Module, env: gym.Env) -> torch.nn.Module | ResidualPolicy:
+def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | ResidualPolicy:
     """The policy that acts in the task's own action space: the agent itself, or a residual agent composed with
-    the frozen base of its `env` (`agent_env(cfg, ...)`). A DSRL agent's step is a whole chunk of env steps, so
-    it has no per-step equivalent."""
+    its frozen base (`residual.base`). A DSRL agent's step is a whole chunk of env steps, so it has no per-step
+    equivalent."""
     if cfg.algo == "dsrl":
-        raise ValueError(
+        raise UserError(
             "an algo=dsrl agent picks the noise of a whole action chunk and cannot run step by step on a robot; "
             "deploy its base (dsrl.base) or a sac / bc / residual checkpoint"
         )
     if cfg.algo != "residual":
         return agent
-    if not isinstance(env, ResidualEnv):
-        raise TypeError(f"env_policy needs the agent's env, agent_env(cfg, ...), not {type(env).__name__}")
-    return ResidualPolicy(env.base, agent, cfg.residual)
+    return ResidualPolicy(load_base(cfg.residual.base), agent, cfg.residual)

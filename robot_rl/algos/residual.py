@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from robot_rl.types import NpObs, Transition
+from robot_rl.types import NpObs, ObsLayout, Transition
 
 
 @dataclass
@@ -59,6 +59,12 @@ class ResidualEnv(gym.Wrapper):
         self.observation_space = agent_space(gym.spaces.Dict(spaces), cfg.agent_cameras)
         self.base_action = np.zeros(da, np.float32)
         self._human_action: np.ndarray | None = None
+
+    @property
+    def state_layout(self) -> dict[str, slice]:
+        """The task's state fields, then the base action appended to them."""
+        inner = ObsLayout.of_env(self.env)
+        return {**inner.slices(), "base_action": slice(inner.state_dim, inner.state_dim + inner.action_dim)}
 
     def _augment(self, obs: NpObs) -> NpObs:
         self.base_action = np.asarray(self.base.select_action(obs, deterministic=self.cfg.base_deterministic))

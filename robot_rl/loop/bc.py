@@ -23,12 +23,11 @@ from tqdm import tqdm
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
-from robot_rl.envs import state_layout
+from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate
-from robot_rl.loop.trainer import EvalLog, prepare_demos, print_eval_table, start_run
+from robot_rl.loop.run import EvalLog, prepare_demos, print_eval_table, start_run
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
-from robot_rl.sim.envs import make_env, obs_layout
-from robot_rl.types import Batch
+from robot_rl.types import Batch, ObsLayout
 
 
 class BCState(nn.Module):
@@ -67,15 +66,15 @@ def train_bc(cfg: TrainConfig) -> Path:
     bc, pcfg = cfg.bc, cfg.bc.policy
 
     eval_env = make_env(cfg.env, seed=cfg.seed + 1)
-    state_dim, cameras, image_size = obs_layout(eval_env)
+    layout = ObsLayout.of_env(eval_env, cfg.env.max_step, cfg.env.control_hz)
     store = prepare_demos(cfg, run_dir)
-    keys = ["state", *cameras]
+    keys = ["state", *layout.cameras]
     source = RamSource.from_store(store, [*keys, "action"])
     data = SequenceDataset(source, pcfg.horizon, pcfg.n_obs_steps, keys, n_action_steps=pcfg.n_action_steps)
     train_set, val_set = data.split(bc.val_fraction, cfg.seed) if len(store) >= 5 else (data, None)
 
-    model = make_chunk_policy(pcfg, state_dim, eval_env.action_space.shape[0], cameras, image_size or 64)
-    model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]), state_layout(eval_env))
+    model = make_chunk_policy(pcfg, layout.state_dim, layout.action_dim, layout.cameras, layout.image_size or 64)
+    model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]), layout.state)
     state = BCState(model).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=bc.weight_decay)
     step, wall_before = 0, 0.0
@@ -96,7 +95,8 @@ def train_bc(cfg: TrainConfig) -> Path:
 
     def checkpoint(name: str) -> None:
         counters = {"env_steps": 0, "updates": step, "episodes": 0, "wall_clock_s": wall()}
-        save_checkpoint(ckpt_root, name, state, {"bc": opt}, counters, config_yaml)
+        layouts = {"env": layout, "policy": layout}
+        save_checkpoint(ckpt_root, name, state, {"bc": opt}, counters, config_yaml, layouts=layouts)
 
     def run_eval(episodes: int) -> dict:
         res = evaluate(eval_env, state.policy.eval(), episodes, seed=1_000_000 + 1000 * cfg.seed)

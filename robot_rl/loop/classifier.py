@@ -14,6 +14,7 @@ which neither training nor the threshold saw.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -25,16 +26,20 @@ import torch
 from robot_rl.algos.reward_classifier import (
     ClassifierData,
     RewardClassifier,
+    classifier_metrics,
     load_classifier,
     pick_threshold,
     rates_at,
+    record_classifier_data,
     save_classifier,
     success_probs,
     train_reward_classifier,
 )
+from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
 from robot_rl.hardware import fastest_threads
+from robot_rl.types import ObsLayout
 
 
 def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
@@ -183,3 +188,50 @@ def main(argv: list[str]) -> int:
         report = eval_classifier(ns.classifier, ns.store, ns.threshold)
     print(json.dumps(report, indent=1))
     return 0
+
+
+def run_classifier(cfg: TrainConfig, run_dir: Path, layout: ObsLayout) -> RewardClassifier:
+    """A run's success classifier (`reward.source=classifier`), reading what the run's env observes (`layout`).
+    `reward.classifier_path` is loaded (on a robot it must read exactly that layout: `robot-rl classifier train`);
+    in sim without one it is trained on scripted frames (success held after it happens). A copy goes into the run
+    dir with its layout, which actor nodes and resumes load."""
+    saved = run_dir / "reward_classifier.safetensors"
+    path = str(saved) if cfg.resume and saved.exists() else cfg.reward.classifier_path
+    meta = {"state_layout": {k: list(v) for k, v in layout.state.items()}, "cameras": list(layout.cameras),
+            "image_size": layout.image_size}  # fmt: skip
+    if path:
+        try:
+            clf, stored = load_classifier(path)
+        except (OSError, ValueError) as e:
+            raise UserError(f"reward.classifier_path={path}: {e}") from None
+        reads = {k: stored[k] if k != "image_size" or stored["cameras"] else 0 for k in meta}
+        if cfg.robot is not None and reads != meta:
+            raise UserError(
+                f"reward.classifier_path={path} reads state {stored['state_layout']}, cameras "
+                f"{stored['cameras']} at {stored['image_size']} px; this run observes "
+                f"{meta['state_layout']}, cameras {meta['cameras']} at {meta['image_size']} px"
+            )
+        meta = stored
+    else:
+        clf, metrics = _train_on_scripted_frames(cfg, layout)
+        meta = {**meta, "report": {"validation_frames": metrics}}
+    if cfg.reward.threshold is not None:
+        clf.threshold.fill_(cfg.reward.threshold)
+    save_classifier(clf, saved, meta)
+    return clf.eval()
+
+
+def _train_on_scripted_frames(cfg: TrainConfig, layout: ObsLayout) -> tuple[RewardClassifier, dict[str, float]]:
+    from robot_rl.envs import make_env
+    from robot_rl.sim.experts import ScriptedExpert
+
+    clf = RewardClassifier(layout.state_dim, layout.cameras, layout.image_size)
+    holding = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed + 7)
+    expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed + 7)
+    data = record_classifier_data(holding, expert.act, episodes=max(cfg.demos.n_episodes, 10), seed=50_000)
+    train_set, val_set = data.split(0.2, cfg.seed)
+    train_reward_classifier(clf, train_set, cfg.reward.classifier_steps, seed=cfg.seed)
+    clf.threshold.fill_(0.5)
+    metrics = classifier_metrics(clf, val_set)
+    print(f"reward classifier on held-out frames: {metrics}")
+    return clf, metrics

@@ -54,15 +54,9 @@ def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator"
     c = cfg.intervention
     if not c.enabled:
         return None
-    if not c.device:
-        if cfg.robot is not None:
-            raise UserError(f"robot={cfg.robot.name}: the simulated human needs the simulator's object state; set "
-                            "intervention.device=spacemouse|gamepad|keyboard|simulated, or "
-                            "intervention.enabled=false")  # fmt: skip
+    if not c.device:  # robot runs name a device (`robot_rl.config.check_config`)
         return SimulatedHuman(c, seed=seed)
     if c.device == "simulated":
-        if cfg.robot is None:
-            raise UserError("intervention.device=simulated watches the sim robot's scene: add robot=sim")
         from robot_rl.demos.teleop.simulated import SimulatedOperator
         from robot_rl.real.scene import SceneWatcher
 

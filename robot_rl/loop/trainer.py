@@ -7,9 +7,7 @@ nodes put a transport between exactly those two calls.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import random
 import signal
 import sys
 import time
@@ -19,179 +17,24 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from robot_rl import envs
-from robot_rl.algos.adapters import agent_env
-from robot_rl.algos.reward_classifier import (
-    ClassifierReward,
-    RewardClassifier,
-    classifier_metrics,
-    classifier_rewards,
-    load_classifier,
-    record_classifier_data,
-    save_classifier,
-    train_reward_classifier,
-)
+from robot_rl.algos.reward_classifier import ClassifierReward, classifier_rewards
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
-from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_transitions
-from robot_rl.demos.store import EpisodeStore
-from robot_rl.demos.teleop.scripted import ScriptedDevice
-from robot_rl.errors import UserError
+from robot_rl.demos.collect import episode_transitions
+from robot_rl.envs import make_env, make_train_env, robot_layout
 from robot_rl.evaluation import EvalResult, evaluate
-from robot_rl.hardware import fastest_threads
 from robot_rl.loop.actor import Actor, EpisodeStats
+from robot_rl.loop.checks import pick_state, state_fields
+from robot_rl.loop.classifier import run_classifier
 from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import Learner
-from robot_rl.sim.envs import make_env, obs_layout
-from robot_rl.sim.experts import ScriptedExpert
-from robot_rl.types import Transition
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def default_run_dir(cfg: TrainConfig) -> Path:
-    """runs/<task>-<obs>-s<seed>-<time>, with -2, -3 ... when two runs start in the same second."""
-    task = cfg.env.task.replace("/", "_")  # gymnasium ids like gym_hil/PandaPickCubeBase-v0: one folder
-    if cfg.robot is not None:
-        task += f"-robot_{cfg.robot.name}"
-    base = Path("runs") / f"{task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
-def holds_run(run_dir: Path) -> list[str]:
-    """What in `run_dir` a new run would overwrite: its summary, evaluations or checkpoints."""
-    return [n for n in ("summary.json", "evals.jsonl", "checkpoints") if (run_dir / n).exists()]
-
-
-def check_run_dir(cfg: TrainConfig) -> None:
-    """A new run never writes over an earlier one (a failed start, with only config.yaml, may be reused)."""
-    if cfg.run_dir and not cfg.resume and (found := holds_run(Path(cfg.run_dir))):
-        raise UserError(
-            f"run_dir={cfg.run_dir} already holds a run ({', '.join(found)}): continue it with "
-            f"resume={cfg.run_dir}, or pick another run_dir"
-        )
-
-
-def check_robot_run(cfg: TrainConfig) -> None:
-    """What a run on a robot (`robot=<name>`) cannot do yet fails here, saying what to set instead."""
-    if cfg.robot is None:
-        return
-    from robot_rl.real.config import check_robot_config
-
-    check_robot_config(cfg.robot)
-    where = f"robot={cfg.robot.name}"
-    if cfg.algo != "sac":
-        raise UserError(f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})")
-    if cfg.intervention.enabled and not cfg.intervention.device:
-        raise UserError(f"{where}: the simulated human needs the simulator's object state; set "
-                        "intervention.device=spacemouse|gamepad|keyboard|simulated (a person, or the simulated "
-                        "operator on the sim robot), or intervention.enabled=false")  # fmt: skip
-    if cfg.reward.source not in ("env", "classifier"):
-        raise UserError(f"{where}: reward.source={cfg.reward.source}: expected env (the success topic) or classifier")
-    if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
-        raise UserError(f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator "
-                        "labels frames; label them in `robot-rl collect --label-frames N` and train one with "
-                        "`robot-rl classifier train`")  # fmt: skip
-    try:
-        envs.robot_cameras(cfg.env)
-    except ValueError as e:
-        raise UserError(f"{where}: {e}") from None
-
-
-def expected_obs(cfg: TrainConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, list[int]]]:
-    """(key -> shape of one observation, state field -> [start, stop]) of the run's env; a robot's without
-    connecting to it."""
-    if cfg.robot is not None:
-        from robot_rl.real.robot import proprio_layout
-
-        n_state, cameras, size = envs.robot_obs_layout(cfg.env, cfg.robot)
-        layout = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
-        return {"state": (n_state,), **{c: (size, size, 3) for c in cameras}}, layout
-    env = make_env(cfg.env)
-    try:
-        return {k: tuple(space.shape) for k, space in env.observation_space.spaces.items()}, envs.state_layout(env)
-    finally:
-        env.close()
-
-
-def state_fields(stored: dict, wanted: dict[str, list[int]], where: str) -> np.ndarray | None:
-    """Indices into a stored `state` that give the run's layout, picked by field name (a robot store records joints
-    and the tracker's object pose; a robot run reads only the proprio fields); None when the layouts agree."""
-    stored = {k: list(v) for k, v in (stored or {}).items()}
-    if not stored or not wanted or stored == wanted:
-        return None
-    bad = [k for k, (a, b) in wanted.items() if k not in stored or stored[k][1] - stored[k][0] != b - a]
-    if bad:
-        raise UserError(f"{where} records state fields {list(stored)} without {bad}, which this run observes "
-                        f"({list(wanted)}): record demos that measure them (`collect --backend robot`)")  # fmt: skip
-    return np.concatenate([np.arange(*stored[k]) for k in wanted])
-
-
-def check_demo_store(cfg: TrainConfig) -> None:
-    """`demos.path` recorded for another task or observation layout fails here, naming both sides, before any work
-    (it used to fail minutes later inside the encoder with a tensor size mismatch)."""
-    if not cfg.demos.path or cfg.algo == "dsrl":  # DSRL acts in noise space and reads no demos
-        return
-    where = f"demos.path={cfg.demos.path}"
-    with EpisodeStore(cfg.demos.path, "r") as st:
-        if not len(st):
-            raise UserError(f"{where}: the store holds no episodes")
-        tasks = sorted({str(t) for i in range(len(st)) if (t := st.meta(i).get("task"))})
-        stored = {k: st.read(k, 0, 0).shape[1:] for k in st.keys}
-    if tasks and tasks != [cfg.env.task]:
-        raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
-                        "pick the matching task= or store")  # fmt: skip
-    wanted, layout = expected_obs(cfg)
-    with EpisodeStore(cfg.demos.path, "r") as st:
-        for i in range(len(st)):
-            if (idx := state_fields(st.meta(i).get("state_layout"), layout, where)) is not None:
-                stored["state"] = (len(idx),)
-    for k, shape in wanted.items():
-        if stored.get(k) != shape:
-            have = f"stores {k} as {stored[k]}" if k in stored else f"has no {k!r} (it stores {', '.join(stored)})"
-            raise UserError(f"{where} {have}, but {cfg.env.task} with obs={cfg.env.obs} image_size="
-                            f"{cfg.env.image_size} observes {k} as {shape}")  # fmt: skip
-
-
-def pick_state(t: Transition, idx: np.ndarray) -> Transition:
-    return dataclasses.replace(t, obs={**t.obs, "state": t.obs["state"][idx]},
-                               next_obs={**t.next_obs, "state": t.next_obs["state"][idx]})  # fmt: skip
-
-
-def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
-    """What every training job does first (SAC and BC alike): threads pinned, the run dir with its resolved
-    config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
-    check_run_dir(cfg)
-    check_robot_run(cfg)
-    check_demo_store(cfg)
-    torch.set_num_threads(cfg.threads or fastest_threads())
-    run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
-    (run_dir / "config.yaml").write_text(config_yaml)
-    seed_everything(cfg.seed)
-    return run_dir, resolve_device(cfg.device), config_yaml
+from robot_rl.loop.run import EvalLog, prepare_demos, print_eval_table, start_run
+from robot_rl.types import ObsLayout
 
 
 @dataclass
@@ -204,100 +47,6 @@ class RunState:
     episodes: int = 0
     wall_clock_s: float = 0.0
     best_eval_success: float = 0.0
-
-
-def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
-    """Opens the configured store, or collects scripted demos into the run's own (resumable) store. A robot run
-    has no scripted expert (it needs the object's pose): its demos come from `demos.path` or there are none."""
-    if cfg.demos.path:
-        return EpisodeStore(cfg.demos.path, mode="r")
-    if cfg.robot is not None:
-        return None
-    env = make_env(cfg.env, seed=cfg.seed)
-    store = EpisodeStore(run_dir / "demos.zarr", mode="a")
-    if len(store) < cfg.demos.n_episodes:  # a resumed run tops up, continuing after the stored seeds
-        collect_cfg = CollectConfig(task=cfg.env.task, success_only=True, seed=10_000 * (cfg.seed + 1))
-        device = ScriptedDevice(noise_std=cfg.demos.expert_noise, seed=cfg.seed)
-        collect_to_store(collect_cfg, device, store, cfg.demos.n_episodes, env=env, progress=sys.stderr)
-    return store
-
-
-def robot_classifier(cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]],
-                     layout: tuple[int, tuple[str, ...], int]) -> RewardClassifier:  # fmt: skip
-    """A robot run's classifier (`robot-rl classifier train`): it must read what the run observes; a copy goes into
-    the run dir, which actor nodes and resumes load."""
-    saved = run_dir / "reward_classifier.safetensors"
-    path = str(saved) if cfg.resume and saved.exists() else cfg.reward.classifier_path
-    try:
-        clf, meta = load_classifier(path)
-    except (OSError, ValueError) as e:
-        raise UserError(f"reward.classifier_path={path}: {e}") from None
-    _, cameras, image_size = layout
-    reads = (meta["state_layout"], list(meta["cameras"]), meta["image_size"] if meta["cameras"] else 0)
-    if reads != (state_layout, list(cameras), image_size):
-        raise UserError(f"reward.classifier_path={path} reads state {meta['state_layout']}, cameras "
-                        f"{meta['cameras']} at {meta['image_size']} px; this run observes {state_layout}, "
-                        f"cameras {list(cameras)} at {image_size} px")  # fmt: skip
-    if cfg.reward.threshold is not None:
-        clf.threshold.fill_(cfg.reward.threshold)
-    save_classifier(clf, saved, meta)
-    return clf
-
-
-def make_reward_classifier(
-    cfg: TrainConfig, run_dir: Path, state_layout: dict[str, list[int]], layout: tuple[int, tuple[str, ...], int]
-) -> RewardClassifier:
-    """Loads `reward.classifier_path`, or trains one on scripted frames (success held after it happens) and saves it
-    with the layout it reads, so actor nodes load it without building an env first."""
-    state_dim, cameras, image_size = layout
-    clf = RewardClassifier(state_dim, cameras, image_size)
-    saved = run_dir / "reward_classifier.safetensors"
-    path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
-    if path:
-        clf.load_state_dict(load_file(path))
-        if cfg.reward.threshold is not None:
-            clf.threshold.fill_(cfg.reward.threshold)
-        return clf.eval()
-    holding = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=cfg.seed + 7)
-    expert = ScriptedExpert(noise_std=cfg.demos.expert_noise, seed=cfg.seed + 7)
-    data = record_classifier_data(holding, expert.act, episodes=max(cfg.demos.n_episodes, 10), seed=50_000)
-    train_set, val_set = data.split(0.2, cfg.seed)
-    train_reward_classifier(clf, train_set, cfg.reward.classifier_steps, seed=cfg.seed)
-    clf.threshold.fill_(0.5 if cfg.reward.threshold is None else cfg.reward.threshold)
-    metrics = classifier_metrics(clf, val_set)
-    print(f"reward classifier on held-out frames: {metrics}")
-    meta = {"state_layout": state_layout, "cameras": list(cameras), "image_size": image_size}
-    save_classifier(clf, saved, {**meta, "report": {"validation_frames": metrics}})
-    return clf
-
-
-def make_train_env(
-    cfg: TrainConfig,
-    seed: int,
-    clf: RewardClassifier | None = None,
-    node_name: str = "robot_rl_actor",
-    arm: gym.Env | None = None,
-) -> gym.Env:
-    """The env actors step: with a classifier, success no longer ends episodes; only its verdict does. Residual
-    and DSRL agents act through their adapter around it. With `cfg.robot`, the arm behind that robot's topics
-    (`robot_rl.envs`, or `arm` when the caller already holds it): its reward is its success topic, or with
-    reward.source=classifier the classifier alone (the success topic is then for evaluation only)."""
-    if cfg.robot is not None:
-        check_robot_run(cfg)
-        env = arm or agent_env(cfg, envs.make_env(cfg.env, seed, cfg.robot, node_name))
-        if cfg.reward.source == "classifier":
-            if clf is None:
-                raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path)")
-            env = ClassifierReward(env, clf, cfg.reward.threshold)
-        return env
-    if cfg.reward.source == "env":
-        return agent_env(cfg, make_env(cfg.env, seed=seed))
-    if cfg.reward.source != "classifier":
-        raise ValueError(f"reward.source={cfg.reward.source!r}; expected 'env' or 'classifier'")
-    if clf is None:
-        raise ValueError("reward.source=classifier needs a classifier (reward.classifier_path for actor nodes)")
-    env = make_env(dataclasses.replace(cfg.env, terminate_on_success=False), seed=seed)
-    return agent_env(cfg, ClassifierReward(env, clf, cfg.reward.threshold))
 
 
 def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
@@ -322,103 +71,112 @@ class TrainingRun:
     """
 
     def __init__(self, cfg: TrainConfig, env: gym.Env | None = None) -> None:
-        """`env`: evaluate in this env (a robot run's one arm, shared with the actor) instead of a fresh one."""
+        """`env`: evaluate in this env (a robot run's one arm, shared with the actor) instead of a fresh one. A robot
+        run's learner node leaves the arm to its one actor: it evaluates nothing and takes its layout from the robot
+        config, never connecting to the robot."""
         self.cfg = cfg
         self.run_dir, self.device, self.config_yaml = start_run(cfg)
-
-        if cfg.algo not in ("sac", "residual", "dsrl"):
-            raise ValueError(f"algo={cfg.algo!r} is not trained by SAC; expected sac | residual | dsrl")
-        if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):
-            raise ValueError(
-                "algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: "
-                "set intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)"
-            )
-        # A robot run's learner node leaves the arm to its one actor: it evaluates nothing and takes the observation
-        # layout from the robot config (`envs.robot_obs_layout`), never connecting to the robot.
-        self.eval_env = env
-        if env is None and cfg.robot is None:
-            self.eval_env = agent_env(cfg, envs.make_env(cfg.env, cfg.seed + 1))
-        if self.eval_env is None:
-            from robot_rl.real.robot import ACTION_DIM, proprio_layout
-
-            self.state_layout = {k: [s.start, s.stop] for k, s in proprio_layout(cfg.robot).items()}
-            layout, action_dim = envs.robot_obs_layout(cfg.env, cfg.robot), ACTION_DIM
-        else:
-            self.state_layout = envs.state_layout(self.eval_env)
-            layout, action_dim = obs_layout(self.eval_env), self.eval_env.action_space.shape[0]
-        self.obs_layout = layout
+        self.eval_env = env if env is not None or cfg.robot is not None else make_train_env(cfg, cfg.seed + 1)
+        self.layouts = self._layouts()
         self.classifier = None
         if cfg.reward.source == "classifier":
-            self.classifier = (
-                robot_classifier(cfg, self.run_dir, self.state_layout, layout)
-                if cfg.robot is not None
-                else make_reward_classifier(cfg, self.run_dir, self.state_layout, layout)
-            )
-        state_dim, cameras, image_size = layout
-        demo_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed)
+            self.classifier = run_classifier(cfg, self.run_dir, self.layouts["env"])
+        demo_buf = self._demo_buffer()
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
-        self.store = None
-        if cfg.algo != "dsrl":
-            self.store = prepare_demos(cfg, self.run_dir)
-            # A residual agent may hide cameras its base reads; demos are converted through the base, so they
-            # load what the base env observes.
-            base_cameras = obs_layout(self.eval_env.env)[1] if cfg.algo == "residual" else cameras
-            for i in range(len(self.store) if self.store is not None else 0):
-                episode = episode_transitions(self.store, i, ["state", *base_cameras])
-                where = f"demos.path={cfg.demos.path}"
-                if (idx := state_fields(self.store.meta(i).get("state_layout"), self.state_layout, where)) is not None:
-                    episode = (pick_state(t, idx) for t in episode)
-                if cfg.robot is not None and self.classifier is not None:  # no stored sim reward on a robot run
-                    episode = classifier_rewards(episode, self.classifier)
-                if cfg.algo == "residual":  # demos in residual terms: the base is re-run along each one
-                    episode = self.eval_env.convert_episode(episode)
-                for t in episode:
-                    demo_buf.add(t)
-        algo = SAC(cfg.sac, state_dim, action_dim, cameras, image_size)
+        self.algo = self._make_algo(demo_buf, online_buf)
+        self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
+        self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
+        self.ckpt_root = self.run_dir / "checkpoints"
+        resumed = self._resume()
+        self._start_logging(resumed)
+
+    def _layouts(self) -> dict[str, ObsLayout]:
+        """What the env observes ("env": what demos store and a robot provides) and what the agent's policy reads
+        and emits ("policy": the same, or a residual / DSRL adapter's view of it); both go into every checkpoint."""
+        env_cfg = self.cfg.env
+        if self.eval_env is None or self.cfg.robot is not None:
+            lay = robot_layout(env_cfg, self.cfg.robot)
+            return {"env": lay, "policy": lay}
+        return {
+            "env": ObsLayout.of_env(self.eval_env.unwrapped, env_cfg.max_step, env_cfg.control_hz),
+            "policy": ObsLayout.of_env(self.eval_env, env_cfg.max_step, env_cfg.control_hz),
+        }
+
+    def _demo_buffer(self) -> ReplayBuffer:
+        """The demos as transitions, in the run's terms: the stored state fields the run observes, rewards from the
+        classifier on a robot (no sim reward there), residual actions along the base (the base is re-run)."""
+        cfg, buf = self.cfg, ReplayBuffer(self.cfg.loop.buffer_capacity, seed=self.cfg.seed)
+        self.store = prepare_demos(cfg, self.run_dir) if cfg.algo != "dsrl" else None
+        keys = ["state", *self.layouts["env"].cameras]  # a residual agent may hide cameras its base reads
+        where = f"demos.path={cfg.demos.path}"
+        for i in range(len(self.store) if self.store is not None else 0):
+            episode = episode_transitions(self.store, i, keys)
+            if (
+                idx := state_fields(self.store.meta(i).get("state_layout"), self.layouts["env"].state, where)
+            ) is not None:
+                episode = (pick_state(t, idx) for t in episode)
+            if cfg.robot is not None and self.classifier is not None:
+                episode = classifier_rewards(episode, self.classifier)
+            if cfg.algo == "residual":
+                episode = self.eval_env.convert_episode(episode)
+            for t in episode:
+                buf.add(t)
+        return buf
+
+    def _make_algo(self, demo_buf: ReplayBuffer, online_buf: ReplayBuffer) -> SAC:
+        """SAC for the policy layout, its state normaliser fixed from the demos, else from what the robot config
+        allows (no arm time spent on a probe; a learner node needs no arm), else a few random episodes (DSRL)."""
+        cfg, lay = self.cfg, self.layouts["policy"]
+        algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
         if len(demo_buf):
             states = demo_buf.obs["state"][demo_buf.valid]
         elif cfg.robot is not None:
-            # No demos on a robot: the normaliser spans what the robot config allows (workspace, joint limits, speed
-            # limits), so no arm time goes to a probe and a learner node needs no arm (a checkpoint carries it on).
             from robot_rl.real.robot import envelope_states
 
             states = envelope_states(cfg.robot, cfg.seed)
-        else:  # DSRL: the states of a few random episodes fix the normaliser
+        else:
             states = probe_states(self.eval_env, cfg.seed)
-        algo.policy.encoder.set_state_normalization(torch.from_numpy(states), self.state_layout)
+        algo.policy.encoder.set_state_normalization(torch.from_numpy(states), lay.state)
         if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
             algo.pretrain_trunk(demo_buf)
             for buf in (demo_buf, online_buf):
                 buf.set_frame_fn(algo.policy.encoder.embed_frames)
-        self.algo = algo.to(self.device)
-        self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
-        self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
+        return algo.to(self.device)
 
+    def _resume(self) -> bool:
+        """Restores the latest checkpoint of a resumed run (weights, optimisers, buffers, counters)."""
         self.state = RunState()
-        self.ckpt_root = self.run_dir / "checkpoints"
-        ckpt = latest_checkpoint(self.ckpt_root) if cfg.resume else None
-        if ckpt is not None:
-            buffers = {"demo": demo_buf, "online": online_buf}
-            self.state = RunState(**load_checkpoint(ckpt, algo, algo.optimizers(), buffers, self.device))
-            self.learner.env_steps, self.learner.updates = self.state.env_steps, self.state.updates
-            self.learner.sim_steps = self.state.sim_steps
-            online_buf.break_sequence()  # the interrupted episode is not continued
-            demo_buf.break_sequence()
-            print(f"resumed {self.run_dir} from {ckpt.name}: {self.state.env_steps} env steps, "
-                  f"{self.state.updates} updates")  # fmt: skip
+        ckpt = latest_checkpoint(self.ckpt_root) if self.cfg.resume else None
+        if ckpt is None:
+            return False
+        learner = self.learner
+        buffers = {"demo": learner.demo, "online": learner.online}
+        self.state = RunState(**load_checkpoint(ckpt, self.algo, self.algo.optimizers(), buffers, self.device))
+        learner.env_steps, learner.updates, learner.sim_steps = (
+            self.state.env_steps,
+            self.state.updates,
+            self.state.sim_steps,
+        )
+        learner.online.break_sequence()  # the interrupted episode is not continued
+        learner.demo.break_sequence()
+        print(
+            f"resumed {self.run_dir} from {ckpt.name}: {self.state.env_steps} env steps, {self.state.updates} updates"
+        )
+        return True
 
+    def _start_logging(self, resumed: bool) -> None:
         self.writer = SummaryWriter(str(self.run_dir / "tb"))
-        self.eval_log = EvalLog(self.run_dir, self.state.updates if ckpt is not None else None)
+        self.eval_log = EvalLog(self.run_dir, self.state.updates if resumed else None)
         self.last_eval = float("nan")
         self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
-        self.bar = tqdm(total=cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
+        self.bar = tqdm(total=self.cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
                         mininterval=2.0)  # fmt: skip
         self._check_budget()
-        if cfg.loop.eval_at_start and self.learner.env_steps == 0:  # the baseline (not again on a resume)
-            self.evaluate(cfg.loop.final_eval_episodes)
+        if self.cfg.loop.eval_at_start and self.learner.env_steps == 0:  # the baseline (not again on a resume)
+            self.evaluate(self.cfg.loop.final_eval_episodes)
 
     @property
     def wall_clock_s(self) -> float:
@@ -435,7 +193,9 @@ class TrainingRun:
         s.episodes = episodes
         s.wall_clock_s = self.wall_clock_s
         buffers = {"demo": self.learner.demo, "online": self.learner.online}
-        save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers)
+        save_checkpoint(
+            self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers, self.layouts
+        )
 
     def evaluate(self, episodes: int, **extra: float) -> EvalResult | None:
         """`extra`: more entries for the evaluation log (the actor's intervention rate since the last one). None on a
@@ -509,7 +269,10 @@ class TrainingRun:
             # where reward came from: the sim's own check, a robot's success topic, or a classifier (whose
             # threshold and held-out rates are saved with it); on a robot success is judged by its topic
             "reward_source": reward_source(cfg),
-            "obs_layout": {"state": self.state_layout, "cameras": list(self.obs_layout[1])},
+            "obs_layout": {
+                "state": self.layouts["env"].to_dict()["state"],
+                "cameras": list(self.layouts["policy"].cameras),
+            },
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / ckpt),
@@ -536,12 +299,14 @@ def train(cfg: TrainConfig) -> Path:
     """The main job in one process: runs (or resumes) a run; returns the path of its summary.json."""
     # A robot is one arm: the actor and the evaluations take turns on the same env (and the same ROS node); the
     # evaluations judge success by its success topic, the actor's reward may come from a classifier around it.
-    check_robot_run(cfg)
-    robot_env = agent_env(cfg, envs.make_env(cfg.env, cfg.seed, cfg.robot, "robot_rl_actor")) if cfg.robot else None
+    robot_env = make_env(cfg.env, cfg.seed, cfg.robot, "robot_rl_actor") if cfg.robot else None
     run = TrainingRun(cfg, env=robot_env)
     learner = run.learner
     human = make_human(cfg, cfg.seed)
-    env = make_train_env(cfg, cfg.seed, run.classifier, arm=robot_env)
+    if robot_env is None:
+        env = make_train_env(cfg, cfg.seed, run.classifier)
+    else:  # the evaluations judge success by the robot's success topic, the actor's reward may be the classifier's
+        env = robot_env if run.classifier is None else ClassifierReward(robot_env, run.classifier, cfg.reward.threshold)
     actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
@@ -565,29 +330,3 @@ def train(cfg: TrainConfig) -> Path:
         if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
             human.close()
     return run.finish(actor.stats)
-
-
-class EvalLog:
-    """Evaluation entries, also appended to `run_dir/evals.jsonl` as they happen, so a resumed run's summary
-    has the whole curve. Entries past the checkpoint a run resumes from are dropped: that stretch is redone."""
-
-    def __init__(self, run_dir: Path, resumed_updates: int | None) -> None:
-        self.path = run_dir / "evals.jsonl"
-        lines = self.path.read_text().splitlines() if resumed_updates is not None and self.path.exists() else []
-        self.entries = [e for e in map(json.loads, filter(None, lines)) if e["updates"] <= resumed_updates]
-        self.path.write_text("".join(json.dumps(e) + "\n" for e in self.entries))
-
-    def add(self, entry: dict) -> None:
-        self.entries.append(entry)
-        with self.path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
-
-
-def print_eval_table(evals: list[dict]) -> None:
-    print(f"{'env steps':>10} {'updates':>8} {'success':>8} {'95% CI':>13} {'return':>7} {'length':>7}")
-    for e in evals:
-        lo, hi = e["success_ci"]
-        print(
-            f"{e['env_steps']:>10} {e['updates']:>8} {e['success_rate']:>8.2f} {f'[{lo:.2f},{hi:.2f}]':>13} "
-            f"{e['mean_return']:>7.2f} {e['mean_length']:>7.1f}"
-        )

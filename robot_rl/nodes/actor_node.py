@@ -15,12 +15,14 @@ from robot_rl.algos import reward_classifier
 from robot_rl.algos.reward_classifier import RewardClassifier
 from robot_rl.algos.sac import make_policy
 from robot_rl.config import TrainConfig
+from robot_rl.envs import make_train_env
+from robot_rl.errors import UserError
 from robot_rl.loop.actor import Actor
-from robot_rl.loop.trainer import make_human, make_train_env
+from robot_rl.loop.human import make_human
 from robot_rl.nodes.learner_node import node_transport_config
-from robot_rl.sim.envs import obs_layout
 from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys
 from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
+from robot_rl.types import ObsLayout
 
 log = logging.getLogger("robot_rl.actor")
 
@@ -30,7 +32,8 @@ def load_classifier(cfg: TrainConfig) -> RewardClassifier | None:
     if cfg.reward.source != "classifier":
         return None
     if not cfg.reward.classifier_path:
-        raise ValueError("actor nodes need reward.classifier_path (the learner's run dir has one)")
+        raise UserError("reward.source=classifier: actor nodes need reward.classifier_path (the learner's run dir "
+                        "has one)")  # fmt: skip
     return reward_classifier.load_classifier(cfg.reward.classifier_path)[0]
 
 
@@ -53,8 +56,8 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
     actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
     env = make_train_env(cfg, seed, load_classifier(cfg))
-    state_dim, cameras, image_size = obs_layout(env)
-    policy = make_policy(cfg.sac, state_dim, env.action_space.shape[0], cameras, image_size)
+    lay = ObsLayout.of_env(env)
+    policy = make_policy(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
     human = make_human(cfg, seed)
     actor = Actor(env, policy, human, seed)
     steps = 0

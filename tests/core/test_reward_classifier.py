@@ -13,7 +13,8 @@ from robot_rl.algos.reward_classifier import (
     record_classifier_data,
     train_reward_classifier,
 )
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim.config import EnvConfig
 from robot_rl.sim.experts import ScriptedExpert
 
 

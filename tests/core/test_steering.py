@@ -17,15 +17,18 @@ from robot_rl.algos.sac import SACConfig, make_policy
 from robot_rl.checkpoint import save_checkpoint
 from robot_rl.cli import load_config
 from robot_rl.config import TrainConfig
+from robot_rl.envs import make_env
+from robot_rl.errors import UserError
 from robot_rl.loop.bc import BCState
 from robot_rl.policies.chunked import ChunkPolicyConfig, make_chunk_policy
-from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
+from robot_rl.sim.config import EnvConfig
+from robot_rl.types import ObsLayout
 
 
 def chunk_base(seed: int = 0):
     torch.manual_seed(seed)
     env = make_env(EnvConfig())
-    state_dim, _, _ = obs_layout(env)
+    state_dim = ObsLayout.of_env(env).state_dim
     return make_chunk_policy(ChunkPolicyConfig(), state_dim, env.action_space.shape[0]).eval()
 
 
@@ -40,7 +43,7 @@ def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_residual_step_zero_executes_exactly_the_base_action() -> None:
     env = ResidualEnv(make_env(EnvConfig(), seed=0), chunk_base(), ResidualConfig(scale=0.3))
-    state_dim, _, _ = obs_layout(env)
+    state_dim = ObsLayout.of_env(env).state_dim
     agent = make_policy(SACConfig(zero_init_actor=True), state_dim, env.action_space.shape[0])
     obs, _ = env.reset(seed=3)
     assert np.array_equal(obs["state"][-4:], env.base_action)  # the base action is part of what is stored
@@ -53,7 +56,7 @@ def test_residual_step_zero_executes_exactly_the_base_action() -> None:
 def test_deployed_residual_policy_acts_as_the_agent_did_inside_its_env() -> None:
     cfg = ResidualConfig(scale=0.5)
     env = ResidualEnv(make_env(EnvConfig(), seed=0), chunk_base(seed=1), cfg)
-    state_dim, _, _ = obs_layout(env)
+    state_dim = ObsLayout.of_env(env).state_dim
     torch.manual_seed(0)
     agent = make_policy(SACConfig(), state_dim, env.action_space.shape[0])  # random init: residuals are not 0
     deployed = ResidualPolicy(chunk_base(seed=1), agent, cfg)  # its own copy of the same base, as deploy loads it
@@ -72,8 +75,8 @@ def test_deployed_residual_policy_acts_as_the_agent_did_inside_its_env() -> None
 
 
 def test_dsrl_agents_are_refused_for_step_by_step_deployment() -> None:
-    with pytest.raises(ValueError, match="whole action chunk"):
-        env_policy(TrainConfig(algo="dsrl"), chunk_base(), make_env(EnvConfig()))
+    with pytest.raises(UserError, match="whole action chunk"):
+        env_policy(TrainConfig(algo="dsrl"), chunk_base())
 
 
 def test_residual_maps_human_actions_and_demos_into_residuals() -> None:

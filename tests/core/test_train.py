@@ -17,9 +17,10 @@ from omegaconf import OmegaConf
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.cli import main
+from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.config import EnvConfig
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,8 @@ from robot_rl.demos.teleop.gamepad import (
 )
 from robot_rl.demos.teleop.keyboard import Keyboard, parse_keys
 from robot_rl.demos.teleop.spacemouse import SpaceMouse, SpaceMouseConfig, parse_report
-from robot_rl.sim import EnvConfig, ScriptedExpert, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig, ScriptedExpert
 
 
 def _queue(items: list[bytes]):

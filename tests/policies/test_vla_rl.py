@@ -18,9 +18,12 @@ from robot_rl.algos.adapters import load_base  # noqa: E402
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv  # noqa: E402
 from robot_rl.algos.residual import ResidualConfig, ResidualEnv  # noqa: E402
 from robot_rl.cli import load_config  # noqa: E402
+from robot_rl.envs import make_env  # noqa: E402
+from robot_rl.errors import UserError  # noqa: E402
 from robot_rl.policies.vla import LoraSettings, PI0Policy, VLAConfig, apply_lora  # noqa: E402
 from robot_rl.policies.vla.pi0 import tiny_pi0_config  # noqa: E402
-from robot_rl.sim.envs import EnvConfig, make_env, obs_layout  # noqa: E402
+from robot_rl.sim.config import EnvConfig  # noqa: E402
+from robot_rl.types import ObsLayout  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 CAMS = ("front", "wrist")
@@ -53,14 +56,14 @@ def test_load_base_detects_vla_folders_and_refuses_others(vla_dir: Path, tmp_pat
     base = load_base(vla_dir)
     assert isinstance(base, PI0Policy) and base.finetune == "lora"
     assert not any(p.requires_grad for p in base.parameters())
-    with pytest.raises(FileNotFoundError, match="checkpoints/final"):
+    with pytest.raises(UserError, match="checkpoints/final"):
         load_base(vla_dir.parent.parent)  # the vla-sft output folder itself
-    with pytest.raises(FileNotFoundError, match="not a base policy folder"):
+    with pytest.raises(UserError, match="not a base policy folder"):
         load_base(tmp_path)
     cfg = load_config(["algo=residual", f"residual.base={vla_dir}"])
     from robot_rl.algos.adapters import agent_env
 
-    with pytest.raises(ValueError, match="env.obs=pixels"):
+    with pytest.raises(UserError, match="env.obs=pixels"):
         agent_env(cfg, make_env(EnvConfig()))  # state-only env: the VLA has no cameras to read
 
 
@@ -94,7 +97,8 @@ def test_dsrl_on_the_vla_executes_the_chunk_of_the_agents_noise() -> None:
 def test_residual_on_the_vla_starts_at_the_base_and_hides_the_cameras() -> None:
     policy = tiny_vla()
     env = ResidualEnv(make_env(PIXELS, seed=0), policy, ResidualConfig(agent_cameras=False))
-    assert obs_layout(env) == (7 + 4, (), 0)
+    lay = ObsLayout.of_env(env)
+    assert (lay.state_dim, lay.cameras, lay.image_size) == (7 + 4, (), 0)
     obs, _ = env.reset(seed=0)
     assert set(obs) == {"state"}
     base = env.base_action.copy()
@@ -102,7 +106,8 @@ def test_residual_on_the_vla_starts_at_the_base_and_hides_the_cameras() -> None:
     np.testing.assert_array_equal(info["executed_action"], base)
     assert set(obs) == {"state"} and np.array_equal(obs["state"][-4:], env.base_action)
     with_cams = ResidualEnv(make_env(PIXELS, seed=0), tiny_vla(), ResidualConfig())
-    assert obs_layout(with_cams) == (7 + 4, CAMS, 32)  # the default keeps today's behaviour
+    lay = ObsLayout.of_env(with_cams)
+    assert (lay.state_dim, lay.cameras, lay.image_size) == (7 + 4, CAMS, 32)  # the default keeps today's behaviour
 
 
 @pytest.mark.parametrize(

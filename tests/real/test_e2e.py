@@ -18,12 +18,14 @@ from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.checkpoint import save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate_checkpoint
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import SENSOR_QOS, RobotEnv, SafetyStop, StaleDataError
-from robot_rl.sim.envs import EnvConfig, make_env, obs_layout
+from robot_rl.sim.config import EnvConfig
 from robot_rl.transport import TransportConfig, make_transport
+from robot_rl.types import ObsLayout
 
 pytestmark = pytest.mark.slow
 EPISODES = 8
@@ -68,7 +70,7 @@ def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int
     cfg = TrainConfig(
         algo="residual", residual=ResidualConfig(base=str(checkpoint)), sac=SACConfig(zero_init_actor=True)
     )
-    state_dim, _, _ = obs_layout(make_env(cfg.env))
+    state_dim = ObsLayout.of_env(make_env(cfg.env)).state_dim
     agent = SAC(cfg.sac, state_dim + 4, 4)
     counters = {"env_steps": 0, "updates": 0, "episodes": 0, "wall_clock_s": 0.0}
     yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))

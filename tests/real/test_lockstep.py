@@ -7,9 +7,10 @@ import time
 import numpy as np
 from real_util import spawn, stop
 
+from robot_rl.envs import make_env
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.sim.config import EnvConfig
 
 N = 30  # steps: 3 s of robot time at the sim robot's 10 Hz control rate
 

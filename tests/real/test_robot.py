@@ -13,14 +13,14 @@ import pytest
 
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
+from robot_rl.envs import make_env
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.deploy import deploy
 from robot_rl.real.robot import STATE_FIELDS, RobotEnv, SafetyStop, StaleDataError, proprio_layout
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
-from robot_rl.sim.envs import EnvConfig, make_env
-from robot_rl.sim.randomization import RandomizationConfig
+from robot_rl.sim.config import EnvConfig, RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
 from robot_rl.types import EE_FORCE_UNIT_N, PRIVILEGED_FIELDS
 

@@ -15,7 +15,7 @@ from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import COMMAND_QOS, SENSOR_QOS
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
-from robot_rl.sim.randomization import RandomizationConfig
+from robot_rl.sim.config import RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport
 
 PERIOD = 0.1  # the main job's 10 Hz control period

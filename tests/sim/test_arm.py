@@ -6,8 +6,9 @@ import mujoco
 import numpy as np
 import pytest
 
+from robot_rl.envs import make_env
 from robot_rl.evaluation import rollout
-from robot_rl.sim import EnvConfig, ExpertPolicy, make_env
+from robot_rl.sim import EnvConfig, ExpertPolicy
 
 
 def _step_response(arm: str) -> np.ndarray:

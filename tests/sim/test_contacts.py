@@ -8,9 +8,10 @@ import pytest
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.envs import make_env
 from robot_rl.evaluation import rollout, summarize
 from robot_rl.loop.actor import Actor
-from robot_rl.sim import EnvConfig, ExpertPolicy, make_env
+from robot_rl.sim import EnvConfig, ExpertPolicy
 
 
 @pytest.mark.parametrize("task", ["PickCube", "PegInsert"])

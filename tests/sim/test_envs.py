@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
 from robot_rl.sim.rendering import gl_available
 
 TASKS = ("PickCube", "PegInsert")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from robot_rl.envs import make_env
 from robot_rl.evaluation import rollout
-from robot_rl.sim import EnvConfig, ExpertPolicy, RandomizationConfig, make_env
+from robot_rl.sim import EnvConfig, ExpertPolicy, RandomizationConfig
 
 
 def _expert_wins(env, episodes: int) -> int:

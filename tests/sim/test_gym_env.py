@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from robot_rl.sim.envs import EnvConfig, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim.config import EnvConfig
 from robot_rl.sim.gym_env import GymConfig, NoPrivilegedState
 
 
@@ -88,7 +89,8 @@ def test_action_subset_and_refusals() -> None:
 def test_train_and_eval_on_a_foreign_env(tmp_path: Path) -> None:
     """Zero demos, no simulated human, success from info["succeed"]; the checkpoint evaluates through make_env."""
     from robot_rl.cli import load_config, main
-    from robot_rl.loop.trainer import default_run_dir, train
+    from robot_rl.loop.run import default_run_dir
+    from robot_rl.loop.trainer import train
 
     overrides = ["sim=gym", f"env.task={ID}", "env.gym.success_key=succeed", "loop.env_steps=100"]
     overrides += ["loop.eval_every=100", "loop.eval_episodes=2", "loop.final_eval_episodes=2", "profile=cpu"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.sim import EnvConfig, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig
 from robot_rl.sim import maniskill as ms
 
 CUBE_TASKS = ("PickCube-v1", "PushCube-v1")
@@ -170,9 +171,7 @@ def test_config_groups() -> None:
 
 
 def test_domain_randomization_is_refused_for_maniskill_tasks() -> None:
-    from robot_rl.cli import load_config
-    from robot_rl.sim.envs import make_env
+    from robot_rl.cli import ConfigError, load_config
 
-    cfg = load_config(["sim=maniskill", "task=PickCube-v1", "randomization=robust"])
-    with pytest.raises(ValueError, match="ManiSkill tasks randomise their own scenes"):
-        make_env(cfg.env)
+    with pytest.raises(ConfigError, match="env.randomization applies to the MuJoCo tasks"):
+        load_config(["sim=maniskill", "task=PickCube-v1", "randomization=robust"])

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl.sim import EnvConfig, ScriptedExpert, make_env
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig, ScriptedExpert
 from robot_rl.sim.maniskill import ManiSkillVecEnv, vulkan_available
 
 _OK, _WHY = vulkan_available()

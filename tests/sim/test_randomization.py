@@ -6,8 +6,9 @@ import mujoco
 import numpy as np
 
 from robot_rl.cli import load_config
-from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert, make_env
-from robot_rl.sim.randomization import nominal
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
+from robot_rl.sim.config import nominal
 from robot_rl.types import EE_FORCE_UNIT_N
 
 

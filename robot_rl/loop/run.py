@@ -1,0 +1,103 @@
+"""What every training job shares (SAC and BC alike): the run dir and its resolved config, threads, seeds, device,
+the run's demos, and the evaluation log and table."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from robot_rl.config import TrainConfig
+from robot_rl.demos.collect import CollectConfig, collect_to_store
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.demos.teleop.scripted import ScriptedDevice
+from robot_rl.envs import make_env
+from robot_rl.hardware import fastest_threads
+from robot_rl.loop.checks import check_demo_store, check_run_dir
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def default_run_dir(cfg: TrainConfig) -> Path:
+    """runs/<task>-<obs>-s<seed>-<time>, with -2, -3 ... when two runs start in the same second."""
+    task = cfg.env.task.replace("/", "_")  # gymnasium ids like gym_hil/PandaPickCubeBase-v0: one folder
+    if cfg.robot is not None:
+        task += f"-robot_{cfg.robot.name}"
+    base = Path("runs") / f"{task}-{cfg.env.obs}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def start_run(cfg: TrainConfig) -> tuple[Path, torch.device, str]:
+    """What every training job does first: start-up checks, threads pinned, the run dir with its resolved
+    config.yaml, seeds. Returns (run dir, device, that config's YAML for the checkpoints)."""
+    check_run_dir(cfg)
+    check_demo_store(cfg)
+    torch.set_num_threads(cfg.threads or fastest_threads())
+    run_dir = Path(cfg.resume or cfg.run_dir or default_run_dir(cfg))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    (run_dir / "config.yaml").write_text(config_yaml)
+    seed_everything(cfg.seed)
+    return run_dir, resolve_device(cfg.device), config_yaml
+
+
+def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
+    """Opens the configured store, or collects scripted demos into the run's own (resumable) store. A robot run
+    has no scripted expert (it needs the object's pose): its demos come from `demos.path` or there are none."""
+    if cfg.demos.path:
+        return EpisodeStore(cfg.demos.path, mode="r")
+    if cfg.robot is not None:
+        return None
+    env = make_env(cfg.env, seed=cfg.seed)
+    store = EpisodeStore(run_dir / "demos.zarr", mode="a")
+    if len(store) < cfg.demos.n_episodes:  # a resumed run tops up, continuing after the stored seeds
+        collect_cfg = CollectConfig(task=cfg.env.task, success_only=True, seed=10_000 * (cfg.seed + 1))
+        device = ScriptedDevice(noise_std=cfg.demos.expert_noise, seed=cfg.seed)
+        collect_to_store(collect_cfg, device, store, cfg.demos.n_episodes, env=env, progress=sys.stderr)
+    return store
+
+
+class EvalLog:
+    """Evaluation entries, also appended to `run_dir/evals.jsonl` as they happen, so a resumed run's summary
+    has the whole curve. Entries past the checkpoint a run resumes from are dropped: that stretch is redone."""
+
+    def __init__(self, run_dir: Path, resumed_updates: int | None) -> None:
+        self.path = run_dir / "evals.jsonl"
+        lines = self.path.read_text().splitlines() if resumed_updates is not None and self.path.exists() else []
+        self.entries = [e for e in map(json.loads, filter(None, lines)) if e["updates"] <= resumed_updates]
+        self.path.write_text("".join(json.dumps(e) + "\n" for e in self.entries))
+
+    def add(self, entry: dict) -> None:
+        self.entries.append(entry)
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+def print_eval_table(evals: list[dict]) -> None:
+    print(f"{'env steps':>10} {'updates':>8} {'success':>8} {'95% CI':>13} {'return':>7} {'length':>7}")
+    for e in evals:
+        lo, hi = e["success_ci"]
+        print(
+            f"{e['env_steps']:>10} {e['updates']:>8} {e['success_rate']:>8.2f} {f'[{lo:.2f},{hi:.2f}]':>13} "
+            f"{e['mean_return']:>7.2f} {e['mean_length']:>7.1f}"
+        )

@@ -1,0 +1,155 @@
+"""The simulator's configs and task table, free of MuJoCo: a robot PC reads a checkpoint's config (and deploys
+its policy) without the simulator installed. `sim/envs.py` builds the envs they describe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TASKS = ("PickCube", "PegInsert")
+OBS_MODES = ("state", "pixels", "both")
+ARMS = ("osc", "mocap")
+OBS_FRAMES = ("absolute", "relative")
+SIMS = ("auto", "mujoco", "maniskill", "gym")
+REWARDS = ("sparse", "dense")
+EPISODE_STEPS = {"PickCube": 50, "PegInsert": 60}  # a task's default episode length
+# Tasks whose gripper holds one command whatever the action says (PegInsert starts with the peg grasped); it is the
+# executed command, so `last_actions` shows it too, in the sim env and a robot's RobotEnv alike (why:
+# docs/sim_to_real.md, "The held grip").
+HELD_GRIP = {"PegInsert": 1.0}
+
+
+@dataclass
+class RandomizationConfig:
+    # Task randomness: object start position offset (+-x, +-y metres) around the task's nominal spot.
+    object_xy_range: tuple[float, float] = (0.08, 0.08)
+    # Starts at least this far (metres, the larger of |dx|, |dy|) from the nominal spot: 0 samples the whole box; the
+    # transfer suite uses it to start the object only outside the region a policy trained on.
+    object_xy_min: float = 0.0
+    # Object start yaw +-range (rad); only used when the env has yaw control (otherwise yaw is 0).
+    object_yaw_range: float = 0.785
+    # Gripper start position jitter (+- metres per axis).
+    ee_start_jitter: float = 0.01
+    friction_scale: tuple[float, float] = (1.0, 1.0)
+    mass_scale: tuple[float, float] = (1.0, 1.0)
+    damping_scale: tuple[float, float] = (1.0, 1.0)
+    camera_pos_jitter: float = 0.0  # metres
+    camera_rot_jitter: float = 0.0  # radians, about a random axis
+    color_jitter: float = 0.0  # +- on each RGB channel of the object and the table
+    table_height: tuple[float, float] = (0.0, 0.0)  # metres added to the table top (the robot base stays put)
+    object_size_scale: tuple[float, float] = (1.0, 1.0)  # the object's extents (mass kept, inertia follows)
+    # Arm lag: the impedance controller's stiffness and damping (arm=osc), one factor each per episode.
+    arm_stiffness_scale: tuple[float, float] = (1.0, 1.0)
+    arm_damping_scale: tuple[float, float] = (1.0, 1.0)
+    # Control steps by which the observation lags the physics (camera/state pipeline): `obs_delay` ..
+    # `obs_delay_max` per episode (a max below the min means exactly `obs_delay`). `last_actions` are never delayed.
+    obs_delay: int = 0
+    obs_delay_max: int = 0
+    # Metres, Gaussian, per step, on the observed object positions (cube, peg, hole): a tracker's error. The TCP comes
+    # from joint encoders and stays exact.
+    obs_noise: float = 0.0
+    # Control steps between a commanded action and its execution: `action_latency` .. `action_latency_max`,
+    # drawn per episode (a max below the min means "exactly action_latency"). The delayed thing is the absolute
+    # TCP target made from the TCP the policy saw, as on a robot whose controller gets pose targets late.
+    action_latency: int = 0
+    action_latency_max: int = 0
+    # Adds `last_actions` to the state: the clipped actions of the last `action_history` steps, newest first. A
+    # memoryless policy cannot tell a late command from a lost one, nor how far the arm moved since a stale view;
+    # next to `tcp_vel` the recent actions show it. Robot deployment (real/robot.py) fills them from what it sent.
+    action_history: int = 0
+    # A Smith predictor on the view: a state `obs_delay` steps old has its TCP fields advanced by this fraction of
+    # the commanded motion since (`robot_rl.types.advance_view`, from `last_actions`, so it needs `action_history` >=
+    # the delay). The pipeline knows how late its view is: the sim its queue, a robot its message stamps. 0.6 is about
+    # what the impedance arm covers of a commanded step per control period. 0 leaves the view as it is.
+    delay_compensation: float = 0.0
+    # Adds `ee_force` to the state: the force the world exerts on the hand, low-passed as the force limit sees it
+    # (`robot_rl.types.ee_force_feature`), which a Franka or UR driver publishes as a wrench (a robot reads it from
+    # `RobotConfig.wrench_topic`). Through the peg a policy feels a jam that its 1.5 mm of clearance and a noisy
+    # hole pose hide from the positions (docs/sim_to_real.md).
+    observe_force: bool = False
+
+
+def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:
+    """No randomisation (or only `shift`) for a policy trained with `cfg`: the fields that shape what it observes
+    rather than the world it acts in carry over to any evaluation of its checkpoint."""
+    return RandomizationConfig(action_history=cfg.action_history, delay_compensation=cfg.delay_compensation,
+                               observe_force=cfg.observe_force, **shift)  # fmt: skip
+
+
+def is_default(cfg: RandomizationConfig) -> bool:
+    """Whether `cfg` asks for nothing beyond the task's own randomness (lists and tuples compare alike)."""
+    norm = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(cfg).items()}
+    return norm == vars(RandomizationConfig())
+
+
+@dataclass
+class InterventionConfig:
+    enabled: bool = True
+    # away_from_goal: the goal distance grew for `patience` consecutive steps (or the object was dropped);
+    # no_progress: it did not shrink for `patience` steps; always: the human drives every step.
+    trigger: str = "away_from_goal"
+    patience: int = 3
+    takeover_steps: int = 10
+    max_rate: float = 1.0  # probability of stepping in when triggered, at the start of training
+    min_rate: float = 0.0  # ... and after `decay_steps` env steps
+    decay_steps: int = 20_000  # linear decay from max_rate to min_rate; 0 keeps max_rate forever
+    progress_tol: float = 0.002  # metres of goal-distance change that count as moving
+    expert_noise: float = 0.0
+
+
+TRIGGERS = ("away_from_goal", "no_progress", "always")
+
+
+@dataclass
+class GymConfig:
+    module: str = ""  # imported first, to register its ids; "" = the id's namespace if it names a module (gym_hil)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gym.make
+    state_keys: list[str] = field(default_factory=list)  # entries concatenated into `state`; [] = all non-images
+    cameras: dict[str, str] = field(default_factory=dict)  # our camera name -> image entry; {} = all images
+    # Our action -> the env's: env dim i gets action[action_from[i]] * action_scale[i] (index -1: 0).
+    # [] = our action is the env's, rescaled from [-1, 1] to its bounds.
+    action_from: list[int] = field(default_factory=list)
+    action_scale: list[float] = field(default_factory=list)
+    success_key: str = "success"  # info key whose truth is success (gym-hil: succeed)
+    privileged: str = ""  # `module:Class` giving sim_state() / expert_goal() for demos and the simulated human
+
+
+@dataclass
+class EnvConfig:
+    task: str = "PickCube"  # PickCube | PegInsert, a ManiSkill id (PickCube-v1, ...), or any gymnasium id with sim=gym
+    sim: str = "auto"  # mujoco | maniskill | gym | auto (by task name: ManiSkill ids end in -v<N>)
+    obs: str = "state"  # state | pixels | both  (pixels: cameras + proprio only)
+    cameras: tuple[str, ...] = ("front", "wrist")
+    image_size: int = 64
+    control_hz: float = 10.0
+    max_episode_steps: int = 0  # 0 => task default (PickCube 50, PegInsert 60)
+    reward: str = "sparse"  # sparse | dense
+    yaw: bool = False  # adds a dyaw action dim before the gripper
+    terminate_on_success: bool = True
+    max_step: float = 0.025  # metres of target motion per step at |action| = 1
+    max_yaw_step: float = 0.25  # radians per step at |action| = 1
+    # osc: the Panda's joints driven by a Cartesian impedance controller with force and torque limits (a real
+    # Franka); mocap: the hand welded to the target, there within ~10 ms whatever it pushes (sim/assets/panda.xml).
+    arm: str = "osc"
+    # The arm's reflex: an episode in which the world pushes on the gripper harder than this (N, net force, checked
+    # at every physics substep) ends there as a safety failure, not a success (a Franka stops on its force
+    # thresholds the same way). 0 disables it; the peaks are reported in `info` either way.
+    ee_force_limit: float = 50.0
+    # What forces cost in the reward (docs/sim_to_real.md, "Forces"). The step that trips `ee_force_limit` is a
+    # true terminal (no bootstrapping past it) worth `safety_reward`; every other step short of success pays
+    # force_cost * (its peak EE force / ee_force_limit)^2, so the many touches under the limit teach the critic to
+    # slow down before contact, not only the rare stops (the expert's <= 15 N grasps pay <= 0.09). A success is 1.
+    safety_reward: float = -1.0
+    force_cost: float = 1.0
+    # relative: positions only relative to the object (its start, the hole), see the module docstring; absolute:
+    # the TCP and object positions in the world frame, with which policies learned absolute heights (a table 2.5 cm
+    # higher: 0/40, docs/sim_to_real.md). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill
+    # and gym envs keep their own layouts.
+    obs_frame: str = "relative"
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
+
+
+def task_episode_steps(cfg: EnvConfig) -> int:
+    """Episode length of `cfg`'s task without building it (a robot runs the task's length too)."""
+    return cfg.max_episode_steps or EPISODE_STEPS.get(cfg.task, 50)
