@@ -26,6 +26,7 @@ from robot_rl.transport import (
     TransportConfig,
     WeightsPublisher,
     WeightsReceiver,
+    bulk,
     make_transport,
     typesys,
 )
@@ -98,16 +99,16 @@ def child(role: str, domain: int, arg: int) -> None:
             tx.flush()
             tx.pub.wait_drained(60)
         elif role == "send_cdr":  # the transport alone: one pre-encoded message, published n / batch times
-            batch, bulk = int(os.environ["BENCH_BATCH"]), os.environ["BENCH_PATH"] == "bulk"
+            batch, on_bulk = int(os.environ["BENCH_BATCH"]), os.environ["BENCH_PATH"] == "bulk"
             raw = typesys.serialize(
                 encode_batch(episode(batch, int(os.environ["BENCH_CAMS"])), "bench", "b", 0, 0), BATCH_T
             )
-            pub = (tr.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, 64) if bulk
+            pub = (bulk.publisher(tr, TRANSITIONS_TOPIC, BATCH_T, 64) if on_bulk
                    else tr.publisher(ROS_TOPIC, BATCH_T, ROS_QOS))  # fmt: skip
             wait_until(lambda: pub.matched() >= 1)
             for _ in range(arg // batch):
                 retry(lambda: pub.publish_raw(raw))
-            pub.wait_drained(60) if bulk else time.sleep(5.0)  # the receiver counts; it may still be taking
+            pub.wait_drained(60) if on_bulk else time.sleep(5.0)  # the receiver counts; it may still be taking
         elif role == "joints":  # robot state as our sim robot publishes it: rosbags CDR through rclpy
             from robot_rl.real import msgs
 
@@ -183,7 +184,7 @@ def cdr_rate(domain: int, n: int, cams: int, batch: int, path: str) -> float:
     path: "bulk" (the data plane) or "ros" (the same messages on a reliable keep-all ROS 2 topic)."""
     with make_transport(cfg("bench_rx", domain)) as tr:
         sub = (
-            tr.bulk_subscription(TRANSITIONS_TOPIC, BATCH_T)
+            bulk.subscription(tr, TRANSITIONS_TOPIC, BATCH_T)
             if path == "bulk"
             else tr.subscription(ROS_TOPIC, BATCH_T, ROS_QOS)
         )

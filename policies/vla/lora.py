@@ -13,12 +13,14 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import PI0ForConditionalGeneration
 
-from robot_rl.policies.vla.pi0 import PI0Policy
+if TYPE_CHECKING:  # pi0 imports this module (lazily, to save and load adapters): types only, no circle
+    from robot_rl.policies.vla.pi0 import PI0Policy
 
 __all__ = ["LoraSettings", "apply_lora", "save_adapters", "load_adapters", "merged_copy", "lora_targets"]
 

@@ -10,12 +10,9 @@ import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from robot_rl.transport import typesys
-
-if TYPE_CHECKING:
-    from robot_rl.transport.bulk import BulkPublisher, BulkSubscription
 
 log = logging.getLogger("robot_rl.transport")
 
@@ -126,12 +123,20 @@ class Subscription(ABC):
         """Block until data may be available (True) or the timeout passes (False)."""
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
 class Transport(ABC):
-    """Typed publish/subscribe (backend-specific) plus the bulk channel (one TCP implementation for all)."""
+    """Typed publish/subscribe (backend-specific). The bulk channel (`bulk.publisher`, `bulk.subscription`: one
+    TCP implementation for all backends) builds its endpoints on a transport, which closes them on exit."""
 
     def __init__(self, cfg: TransportConfig) -> None:
         self.cfg = cfg
-        self._bulk: list[BulkPublisher | BulkSubscription] = []
+        self._owned: list[_Closable] = []
 
     @abstractmethod
     def publisher(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Publisher: ...
@@ -139,17 +144,10 @@ class Transport(ABC):
     @abstractmethod
     def subscription(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> Subscription: ...
 
-    def bulk_publisher(self, topic: str, ros_type: str, window: int) -> BulkPublisher:
-        from robot_rl.transport.bulk import BulkPublisher
-
-        self._bulk.append(pub := BulkPublisher(self, self.cfg.resolve(topic), ros_type, window))
-        return pub
-
-    def bulk_subscription(self, topic: str, ros_type: str) -> BulkSubscription:
-        from robot_rl.transport.bulk import BulkSubscription
-
-        self._bulk.append(sub := BulkSubscription(self, self.cfg.resolve(topic), ros_type))
-        return sub
+    def own(self, endpoint: _C) -> _C:
+        """`endpoint` is closed when this transport exits, before the backend closes."""
+        self._owned.append(endpoint)
+        return endpoint
 
     @abstractmethod
     def close(self) -> None: ...
@@ -158,6 +156,6 @@ class Transport(ABC):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for endpoint in self._bulk:
+        for endpoint in self._owned:
             endpoint.close()
         self.close()

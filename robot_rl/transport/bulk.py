@@ -39,6 +39,17 @@ def _endpoint_topic(topic: str) -> str:
     return f"{topic}/endpoint"
 
 
+def publisher(transport: Transport, topic: str, ros_type: str, window: int) -> BulkPublisher:
+    """An actor's end of the bulk channel on `topic` (relative names under the namespace); the transport closes
+    it on exit."""
+    return transport.own(BulkPublisher(transport, transport.cfg.resolve(topic), ros_type, window))
+
+
+def subscription(transport: Transport, topic: str, ros_type: str) -> BulkSubscription:
+    """The learner's end of the bulk channel on `topic`; the transport closes it on exit."""
+    return transport.own(BulkSubscription(transport, transport.cfg.resolve(topic), ros_type))
+
+
 class BulkSubscription(Subscription):
     """Learner side. `take_raw` returns whole frames (oldest first per actor) and pays the credits back."""
 

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from robot_rl.transport import typesys
+from robot_rl.transport import bulk, typesys
 from robot_rl.transport.base import LATCHED_QOS, TopicQos, Transport, log
 from robot_rl.types import Transition
 
@@ -165,7 +165,7 @@ class TransitionSender:
         """queue_batches: batches the learner has not taken yet before `flush` blocks; also the most policy lag a
         fast actor can build up."""
         self.transport, self.actor_id, self.batch_size = transport, actor_id, batch_size
-        self.pub = transport.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, queue_batches)
+        self.pub = bulk.publisher(transport, TRANSITIONS_TOPIC, BATCH_T, queue_batches)
         self.policy_version = 0
         self._pending: list[Transition] = []
         self._seq = 0
@@ -213,7 +213,7 @@ class TransitionReceiver:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self.sub = transport.bulk_subscription(TRANSITIONS_TOPIC, BATCH_T)
+        self.sub = bulk.subscription(transport, TRANSITIONS_TOPIC, BATCH_T)
         self.actors: dict[str, ActorState] = {}
 
     def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:

@@ -11,7 +11,7 @@ import time
 import pytest
 from transport_util import wait_until
 
-from robot_rl.transport import BackpressureTimeout, make_transport, typesys
+from robot_rl.transport import BackpressureTimeout, bulk, make_transport, typesys
 
 TOPIC, TYPE = "frames", "std_msgs/msg/String"
 
@@ -31,8 +31,8 @@ def test_credit_window_blocks_the_actor_until_the_learner_takes(cfg) -> None:
         make_transport(cfg(backend="inproc", domain_id=901)) as learner,
         make_transport(cfg(backend="inproc", domain_id=901)) as actor,
     ):
-        sub = learner.bulk_subscription(TOPIC, TYPE)
-        pub = actor.bulk_publisher(TOPIC, TYPE, window=2)
+        sub = bulk.subscription(learner, TOPIC, TYPE)
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=2)
         pub.max_blocking_s = 0.3
         wait_until(lambda: pub.matched() == 1)
         pub.publish_raw(frame("a"))
@@ -51,8 +51,8 @@ def test_partial_frame_from_a_dying_actor_is_dropped_others_survive(cfg, caplog)
         make_transport(cfg(backend="inproc", domain_id=902)) as learner,
         make_transport(cfg(backend="inproc", domain_id=902)) as actor,
     ):
-        sub = learner.bulk_subscription(TOPIC, TYPE)
-        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        sub = bulk.subscription(learner, TOPIC, TYPE)
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
         wait_until(lambda: pub.matched() == 1)
         host, port = sub.uri.removeprefix("tcp://").rsplit(":", 1)
         with caplog.at_level(logging.WARNING, logger="robot_rl.transport"):
@@ -67,9 +67,9 @@ def test_partial_frame_from_a_dying_actor_is_dropped_others_survive(cfg, caplog)
 
 def test_actor_follows_a_restarted_learner_to_its_new_endpoint(cfg) -> None:
     with make_transport(cfg(backend="inproc", domain_id=903)) as actor:
-        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
         with make_transport(cfg(backend="inproc", domain_id=903)) as first:
-            sub = first.bulk_subscription(TOPIC, TYPE)
+            sub = bulk.subscription(first, TOPIC, TYPE)
             wait_until(lambda: pub.matched() == 1)
             pub.publish_raw(frame("to the first"))
             assert texts(sub, 1) == ["to the first"]
@@ -79,7 +79,7 @@ def test_actor_follows_a_restarted_learner_to_its_new_endpoint(cfg) -> None:
                 time.sleep(0.01)
         assert pub.matched() == 0
         with make_transport(cfg(backend="inproc", domain_id=903)) as second:
-            sub = second.bulk_subscription(TOPIC, TYPE)
+            sub = bulk.subscription(second, TOPIC, TYPE)
             wait_until(lambda: pub.matched() == 1)
             pub.publish_raw(frame("to the second"))
             assert texts(sub, 1) == ["to the second"]
@@ -90,8 +90,8 @@ def test_endpoint_of_another_task_is_refused(cfg) -> None:
         make_transport(cfg(backend="inproc", domain_id=904, task="other")) as learner,
         make_transport(cfg(backend="inproc", domain_id=904)) as actor,
     ):
-        learner.bulk_subscription(TOPIC, TYPE)
-        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        bulk.subscription(learner, TOPIC, TYPE)
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
         wait_until(lambda: pub.matched() == 0 and pub._endpoints.dropped["refused"] == 1)
         with pytest.raises(BackpressureTimeout, match="no learner"):
             pub.publish_raw(frame("x"))
@@ -100,7 +100,7 @@ def test_endpoint_of_another_task_is_refused(cfg) -> None:
 def test_unannounceable_bulk_address_is_a_clear_error(cfg) -> None:
     with make_transport(cfg(backend="inproc", domain_id=905, bulk_address="0.0.0.0")) as learner:
         with pytest.raises(ValueError, match="address they can reach"):
-            learner.bulk_subscription(TOPIC, TYPE)
+            bulk.subscription(learner, TOPIC, TYPE)
 
 
 def test_a_finished_learner_is_not_a_lost_connection(cfg, caplog) -> None:
@@ -110,8 +110,8 @@ def test_a_finished_learner_is_not_a_lost_connection(cfg, caplog) -> None:
         make_transport(cfg(backend="inproc", domain_id=907)) as learner,
         make_transport(cfg(backend="inproc", domain_id=907)) as actor,
     ):
-        sub = learner.bulk_subscription(TOPIC, TYPE)
-        pub = actor.bulk_publisher(TOPIC, TYPE, window=4)
+        sub = bulk.subscription(learner, TOPIC, TYPE)
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
         wait_until(lambda: pub.matched() == 1)
         pub.publish_raw(frame("a"))
         assert texts(sub, 1) == ["a"]

@@ -20,6 +20,7 @@ from robot_rl.transport import (
     TransitionSender,
     WeightsPublisher,
     WeightsReceiver,
+    bulk,
     make_transport,
     typesys,
 )
@@ -130,7 +131,7 @@ def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, cap
     good = episode(2)
     with make_transport(cfg(node_name="actor")) as a, make_transport(cfg(node_name="learner")) as b:
         rx = TransitionReceiver(b)
-        pub = a.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, 64)
+        pub = bulk.publisher(a, TRANSITIONS_TOPIC, BATCH_T, 64)
         wait_until(lambda: pub.matched() == 1)
         with caplog.at_level(logging.WARNING, logger="robot_rl.transport"):
             pub.publish(encode_batch(good, "other_task", "x", 0, 0))
@@ -147,7 +148,7 @@ def test_foreign_malformed_oversized_dropped_receiver_survives(cfg, episode, cap
 
     with make_transport(cfg(backend="inproc", max_message_bytes=4096)) as t:
         rx = TransitionReceiver(t)
-        pub = t.bulk_publisher(TRANSITIONS_TOPIC, BATCH_T, 64)
+        pub = bulk.publisher(t, TRANSITIONS_TOPIC, BATCH_T, 64)
         wait_until(lambda: pub.matched() == 1)
         pub.publish_raw(b"\x00\x01\x00\x00" + b"\xff" * 40)  # claims a 4 GB string
         pub.publish(encode_batch(episode(3, cams=("wrist",)), "reach", "x", 0, 0))  # > 4096 B
