@@ -7,7 +7,7 @@ import json
 import tempfile
 import time
 
-from robot_rl.cli import load_config
+from robot_rl.config import load_config
 from robot_rl.loop.trainer import train
 
 GOAL = 0.9

@@ -486,7 +486,7 @@ def main(argv: list[str]) -> int:
     robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
     if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1 or ns.label_frames < 0:
         raise UserError("--episodes and --image-size must be >= 1, --hz, --max-steps and --label-frames >= 0")
-    from robot_rl.cli import load_config  # the env exactly as `train` composes it, through the one env factory
+    from robot_rl.config import load_config  # the env exactly as `train` composes it, through the one env factory
 
     env_cfg = load_config(
         [f"task={ns.task}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]

@@ -65,9 +65,9 @@ def deploy(
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
-    from robot_rl.algos.adapters import env_policy
     from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, load_policy, resolve_checkpoint
     from robot_rl.envs import make_env
+    from robot_rl.loop.adapters import env_policy
 
     checkpoint = resolve_checkpoint(checkpoint)
     cfg = checkpoint_config(checkpoint)

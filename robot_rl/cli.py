@@ -3,113 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
 import importlib
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from robot_rl.errors import ConfigError, UserError
 
 if TYPE_CHECKING:  # torch and hydra load in seconds: `robot-rl --help` and the tools import them only when used
     from robot_rl.config import TrainConfig
 
-__all__ = ["ConfigError", "load_config", "run_config", "main"]
-
-
-def _fields(cls: type, prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> field type of every leaf of a config dataclass."""
-    keys: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
-            keys |= _fields(f.default_factory, f"{prefix}{f.name}.")
-        else:
-            keys[prefix + f.name] = f.type
-    return keys
-
-
-def _type_problem(key: str, value: str, kind: Any) -> str | None:
-    """Why `value` does not fit a field annotated `kind` (a string under `from __future__ import annotations`)."""
-    convert = {"int": int, "float": float}.get(str(kind))
-    if convert is not None:
-        try:
-            convert(value)
-        except ValueError:
-            return f"{key}={value}: expected {kind}"
-    if str(kind) == "bool" and value.lower() not in ("true", "false"):
-        return f"{key}={value}: expected true or false"
-    return None
-
-
-def load_config(overrides: list[str]) -> TrainConfig:
-    """Composes configs/ + overrides into a typed TrainConfig; a wrong key, group, type or value fails here in one
-    line that names it and what would have been valid."""
-    import torch
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from robot_rl.config import TrainConfig, check_config, register_configs
-
-    register_configs()
-    keys = [o for o in overrides if o.startswith("robot.")]
-    if keys and not any(o.startswith("robot=") for o in overrides):
-        raise ConfigError(f"bad configuration: {keys[0]} sets a key of the robot, but no robot is chosen: add "
-                          "robot=<name> (one of configs/robot/, e.g. robot=sim)")  # fmt: skip
-    if not any(o.startswith("profile=") for o in overrides):
-        overrides = [*overrides, f"profile={'gpu' if torch.cuda.is_available() else 'cpu'}"]
-    try:
-        with initialize_config_module(config_module="robot_rl.configs", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-        cfg = OmegaConf.to_object(cfg)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_explain(e, overrides, _fields(TrainConfig))) from None
-    check_config(cfg)
-    return cfg
-
-
-def _explain(e: Exception, overrides: list[str], fields: dict[str, Any]) -> str:
-    """One line for a composition error: the override at fault and what it should have been."""
-    groups = _group_options()
-    msg = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        key = key.lstrip("+~")
-        if key in groups and value not in groups[key]:
-            msg.append(f"{key}={value}: expected one of {', '.join(groups[key])}")
-        elif key in fields:
-            msg += filter(None, [_type_problem(key, value, fields[key])])
-        elif key not in groups:
-            close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.5)
-            msg.append(f"unknown key '{key}'" + (f": did you mean {', '.join(close)}?" if close else ""))
-    if not msg:
-        msg.append(" ".join(str(e).split()))
-    return "bad configuration: " + "; ".join(msg) + " (robot-rl train --help lists groups and keys)"
-
-
-def _group_options() -> dict[str, list[str]]:
-    """The config groups `train` composes (the `defaults` of configs/config.yaml) and their options."""
-    from omegaconf import DictConfig, OmegaConf
-
-    import robot_rl.configs
-
-    root = Path(robot_rl.configs.__file__).parent
-    defaults = OmegaConf.load(root / "config.yaml").defaults
-    groups = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
-    return {g: sorted(p.stem for p in (root / g).glob("*.yaml")) for g in groups}
-
-
-def _group_defaults() -> dict[str, str]:
-    from omegaconf import DictConfig, OmegaConf
-
-    import robot_rl.configs
-
-    defaults = OmegaConf.load(Path(robot_rl.configs.__file__).parent / "config.yaml").defaults
-    return {k: str(v) for d in defaults if isinstance(d, DictConfig) for k, v in d.items()}
+__all__ = ["ConfigError", "run_config", "main"]
 
 
 def run_config(overrides: list[str]) -> TrainConfig:
@@ -117,7 +23,7 @@ def run_config(overrides: list[str]) -> TrainConfig:
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import latest_checkpoint
-    from robot_rl.config import TrainConfig, check_config
+    from robot_rl.config import TrainConfig, check_config, load_config
 
     cfg = load_config(overrides)
     if cfg.resume:
@@ -171,24 +77,24 @@ def train_help(command: str) -> str:
     """`robot-rl train --help`: the groups to pick from, the keys people set, their defaults, and examples."""
     from omegaconf import OmegaConf
 
-    from robot_rl.config import TrainConfig
+    from robot_rl.config import TrainConfig, config_keys, group_defaults, group_options
 
     cfg = OmegaConf.structured(TrainConfig)
-    defaults = _group_defaults()
+    defaults = group_defaults()
     lines = [
         f"usage: robot-rl {command} [group=option ...] [key=value ...]",
         "",
         "config groups (default marked *):",
         *(
             f"  {g:<14} " + " | ".join(o + ("*" if o == defaults.get(g) else "") for o in options)
-            for g, options in _group_options().items()
+            for g, options in group_options().items()
         ),
         "",
         "common keys (default: meaning):",
         *(f"  {k:<24} {OmegaConf.select(cfg, k)!s:<8} {meaning}" for k, meaning in COMMON_KEYS.items()),
         "",
-        f"all {len(_fields(TrainConfig))} keys and their defaults live in robot_rl/config.py; a wrong key says which "
-        "keys are close.",
+        f"all {len(config_keys(TrainConfig))} keys and their defaults live in robot_rl/config.py; a wrong key says "
+        "which keys are close.",
         "",
         TRAIN_EXAMPLES,
     ]
@@ -228,6 +134,7 @@ def cmd_actor(args: list[str]) -> int:
     p.add_argument("--index", type=int, default=0, help="actor number: sets its seed and name")
     p.add_argument("--episodes", type=int, default=0, help="stop after this many episodes (0: run until killed)")
     ns, overrides = p.parse_known_args(args)
+    from robot_rl.config import load_config
     from robot_rl.nodes.actor_node import run_actor
 
     run_actor(load_config(overrides), ns.index, ns.episodes)
@@ -238,6 +145,7 @@ def cmd_launch(overrides: list[str]) -> int:
     if _wants_help(overrides):
         print(train_help("launch"))
         return 0
+    from robot_rl.config import load_config
     from robot_rl.loop.checks import check_run_dir
     from robot_rl.loop.run import default_run_dir
     from robot_rl.nodes.launch import launch

@@ -6,8 +6,11 @@ files in `configs/` only choose between groups (task, obs, profile).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -245,3 +248,92 @@ def _robot_problem(cfg: TrainConfig) -> str:
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def config_keys(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> field type of every leaf of a config dataclass."""
+    keys: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+            keys |= config_keys(f.default_factory, f"{prefix}{f.name}.")
+        else:
+            keys[prefix + f.name] = f.type
+    return keys
+
+
+def _type_problem(key: str, value: str, kind: Any) -> str | None:
+    """Why `value` does not fit a field annotated `kind` (a string under `from __future__ import annotations`)."""
+    convert = {"int": int, "float": float}.get(str(kind))
+    if convert is not None:
+        try:
+            convert(value)
+        except ValueError:
+            return f"{key}={value}: expected {kind}"
+    if str(kind) == "bool" and value.lower() not in ("true", "false"):
+        return f"{key}={value}: expected true or false"
+    return None
+
+
+def load_config(overrides: list[str]) -> TrainConfig:
+    """Composes configs/ + overrides into a typed TrainConfig; a wrong key, group, type or value fails here in one
+    line that names it and what would have been valid."""
+    import torch
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_configs()
+    keys = [o for o in overrides if o.startswith("robot.")]
+    if keys and not any(o.startswith("robot=") for o in overrides):
+        raise ConfigError(f"bad configuration: {keys[0]} sets a key of the robot, but no robot is chosen: add "
+                          "robot=<name> (one of configs/robot/, e.g. robot=sim)")  # fmt: skip
+    if not any(o.startswith("profile=") for o in overrides):
+        overrides = [*overrides, f"profile={'gpu' if torch.cuda.is_available() else 'cpu'}"]
+    try:
+        with initialize_config_module(config_module="robot_rl.configs", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        cfg = OmegaConf.to_object(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_explain(e, overrides, config_keys(TrainConfig))) from None
+    check_config(cfg)
+    return cfg
+
+
+def _explain(e: Exception, overrides: list[str], fields: dict[str, Any]) -> str:
+    """One line for a composition error: the override at fault and what it should have been."""
+    groups = group_options()
+    msg = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key in groups and value not in groups[key]:
+            msg.append(f"{key}={value}: expected one of {', '.join(groups[key])}")
+        elif key in fields:
+            msg += filter(None, [_type_problem(key, value, fields[key])])
+        elif key not in groups:
+            close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.5)
+            msg.append(f"unknown key '{key}'" + (f": did you mean {', '.join(close)}?" if close else ""))
+    if not msg:
+        msg.append(" ".join(str(e).split()))
+    return "bad configuration: " + "; ".join(msg) + " (robot-rl train --help lists groups and keys)"
+
+
+def group_options() -> dict[str, list[str]]:
+    """The config groups `train` composes (the `defaults` of configs/config.yaml) and their options."""
+    from omegaconf import DictConfig
+
+    import robot_rl.configs
+
+    root = Path(robot_rl.configs.__file__).parent
+    defaults = OmegaConf.load(root / "config.yaml").defaults
+    groups = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
+    return {g: sorted(p.stem for p in (root / g).glob("*.yaml")) for g in groups}
+
+
+def group_defaults() -> dict[str, str]:
+    from omegaconf import DictConfig
+
+    import robot_rl.configs
+
+    defaults = OmegaConf.load(Path(robot_rl.configs.__file__).parent / "config.yaml").defaults
+    return {k: str(v) for d in defaults if isinstance(d, DictConfig) for k, v in d.items()}

@@ -12,7 +12,6 @@ robot comes from its success topic.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -21,8 +20,6 @@ from robot_rl.sim.config import HELD_GRIP, task_episode_steps
 from robot_rl.types import ObsLayout
 
 if TYPE_CHECKING:
-    from robot_rl.algos.reward_classifier import RewardClassifier
-    from robot_rl.config import TrainConfig
     from robot_rl.real.config import RobotConfig
     from robot_rl.sim.config import EnvConfig
 
@@ -66,18 +63,3 @@ def make_env(
     if seed is not None:
         env.action_space.seed(seed)
     return env
-
-
-def make_train_env(
-    cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None, node_name: str = "robot_rl_actor"
-) -> gym.Env:
-    """The env a run's agent acts in: the task env (`make_env`) with, for reward.source=classifier, the
-    classifier's verdict as the only reward and end of an episode (the sim's success no longer ends it; a robot's
-    success topic is then for evaluation only), inside the algo's adapter (residual, DSRL: `agent_env`)."""
-    from robot_rl.algos.adapters import agent_env
-    from robot_rl.algos.reward_classifier import ClassifierReward
-
-    if cfg.reward.source != "classifier":
-        return agent_env(cfg, make_env(cfg.env, seed, cfg.robot, node_name))
-    env_cfg = dataclasses.replace(cfg.env, terminate_on_success=False) if cfg.robot is None else cfg.env
-    return agent_env(cfg, ClassifierReward(make_env(env_cfg, seed, cfg.robot, node_name), clf, cfg.reward.threshold))

@@ -177,10 +177,10 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     """Runs a checkpoint's policy in its task, under its training randomisation or (`nominal`) none, and, with
     `video_dir`, writes one mp4 per episode (cameras side by side with the step/action/reward overlay of `robot-rl
     replay`)."""
-    from robot_rl.algos.adapters import agent_env
     from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
     from robot_rl.envs import make_env
+    from robot_rl.loop.adapters import agent_env
     from robot_rl.sim import config as sim_config
 
     cfg = checkpoint_config(ckpt)

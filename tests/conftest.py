@@ -17,7 +17,7 @@ def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tests; ROBOT_RL_TEST_RUN=<run dir> reuses an earlier one while iterating."""
     if given := os.environ.get("ROBOT_RL_TEST_RUN"):
         return Path(given)
-    from robot_rl.cli import load_config
+    from robot_rl.config import load_config
     from robot_rl.loop.trainer import train
 
     run = tmp_path_factory.mktemp("pickcube_run")

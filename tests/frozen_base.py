@@ -7,8 +7,8 @@ import copy
 import torch
 
 from robot_rl.config import TrainConfig
-from robot_rl.envs import make_train_env
 from robot_rl.loop.actor import Actor
+from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.human import make_human
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.types import Transition

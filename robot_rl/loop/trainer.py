@@ -26,9 +26,10 @@ from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import episode_transitions
-from robot_rl.envs import make_env, make_train_env, robot_layout
+from robot_rl.envs import make_env, robot_layout
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats
+from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.checks import pick_state, state_fields
 from robot_rl.loop.classifier import run_classifier
 from robot_rl.loop.human import make_human

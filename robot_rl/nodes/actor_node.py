@@ -15,9 +15,9 @@ from robot_rl.algos import reward_classifier
 from robot_rl.algos.reward_classifier import RewardClassifier
 from robot_rl.algos.sac import make_policy
 from robot_rl.config import TrainConfig
-from robot_rl.envs import make_train_env
 from robot_rl.errors import UserError
 from robot_rl.loop.actor import Actor
+from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.human import make_human
 from robot_rl.nodes.learner_node import node_transport_config
 from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys

@@ -2,7 +2,9 @@
 
 import pytest
 
-from robot_rl.cli import ConfigError, load_config, main
+from robot_rl.cli import main
+from robot_rl.config import load_config
+from robot_rl.errors import ConfigError
 
 
 def test_defaults_compose_to_typed_config() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.cli import load_config
+from robot_rl.config import load_config
 from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError

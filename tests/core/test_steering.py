@@ -10,15 +10,14 @@ import torch
 from frozen_base import run_and_check_base_frozen
 from omegaconf import OmegaConf
 
-from robot_rl.algos.adapters import env_policy
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
 from robot_rl.algos.residual import ResidualConfig, ResidualEnv, ResidualPolicy
 from robot_rl.algos.sac import SACConfig, make_policy
 from robot_rl.checkpoint import save_checkpoint
-from robot_rl.cli import load_config
-from robot_rl.config import TrainConfig
+from robot_rl.config import TrainConfig, load_config
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError
+from robot_rl.loop.adapters import env_policy
 from robot_rl.loop.bc import BCState
 from robot_rl.policies.chunked import ChunkPolicyConfig, make_chunk_policy
 from robot_rl.sim.config import EnvConfig

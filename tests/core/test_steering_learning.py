@@ -16,7 +16,7 @@ import torch
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.cli import load_config
+from robot_rl.config import load_config
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.bc import train_bc

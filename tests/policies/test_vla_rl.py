@@ -14,12 +14,12 @@ from frozen_base import run_and_check_base_frozen
 pytest.importorskip("transformers", minversion="5.23")
 pytest.importorskip("peft")
 
-from robot_rl.algos.adapters import load_base  # noqa: E402
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv  # noqa: E402
 from robot_rl.algos.residual import ResidualConfig, ResidualEnv  # noqa: E402
-from robot_rl.cli import load_config  # noqa: E402
+from robot_rl.config import load_config  # noqa: E402
 from robot_rl.envs import make_env  # noqa: E402
 from robot_rl.errors import UserError  # noqa: E402
+from robot_rl.loop.adapters import load_base  # noqa: E402
 from robot_rl.policies.vla import LoraSettings, PI0Policy, VLAConfig, apply_lora  # noqa: E402
 from robot_rl.policies.vla.pi0 import tiny_pi0_config  # noqa: E402
 from robot_rl.sim.config import EnvConfig  # noqa: E402
@@ -61,7 +61,7 @@ def test_load_base_detects_vla_folders_and_refuses_others(vla_dir: Path, tmp_pat
     with pytest.raises(UserError, match="not a base policy folder"):
         load_base(tmp_path)
     cfg = load_config(["algo=residual", f"residual.base={vla_dir}"])
-    from robot_rl.algos.adapters import agent_env
+    from robot_rl.loop.adapters import agent_env
 
     with pytest.raises(UserError, match="env.obs=pixels"):
         agent_env(cfg, make_env(EnvConfig()))  # state-only env: the VLA has no cameras to read

@@ -14,7 +14,8 @@ from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
 from robot_rl.checkpoint import latest_checkpoint, load_policy
-from robot_rl.cli import ConfigError, load_config
+from robot_rl.config import load_config
+from robot_rl.errors import ConfigError
 from robot_rl.types import PRIVILEGED_FIELDS
 
 STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control

@@ -88,7 +88,8 @@ def test_action_subset_and_refusals() -> None:
 @pytest.mark.slow
 def test_train_and_eval_on_a_foreign_env(tmp_path: Path) -> None:
     """Zero demos, no simulated human, success from info["succeed"]; the checkpoint evaluates through make_env."""
-    from robot_rl.cli import load_config, main
+    from robot_rl.cli import main
+    from robot_rl.config import load_config
     from robot_rl.loop.run import default_run_dir
     from robot_rl.loop.trainer import train
 
@@ -108,7 +109,7 @@ def test_gym_hil_panda_pick_cube() -> None:
     """The worked example (optional extra): gym-hil's PandaPickCube mapped by configs/sim/gym_hil.yaml, solved by
     ScriptedExpert through the privileged-state plug-in, with a random block."""
     pytest.importorskip("gym_hil")
-    from robot_rl.cli import load_config
+    from robot_rl.config import load_config
     from robot_rl.sim.experts import ScriptedExpert
 
     cfg = load_config(["sim=gym_hil", "+env.gym.kwargs.random_block_position=true"])

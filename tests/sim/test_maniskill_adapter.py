@@ -162,7 +162,7 @@ def test_make_env_dispatch_errors() -> None:
 
 
 def test_config_groups() -> None:
-    from robot_rl.cli import load_config
+    from robot_rl.config import load_config
 
     cfg = load_config(["sim=maniskill", "task=PickCube-v1", "profile=cpu"])
     assert (cfg.env.sim, cfg.env.task) == ("maniskill", "PickCube-v1")
@@ -171,7 +171,8 @@ def test_config_groups() -> None:
 
 
 def test_domain_randomization_is_refused_for_maniskill_tasks() -> None:
-    from robot_rl.cli import ConfigError, load_config
+    from robot_rl.config import load_config
+    from robot_rl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="env.randomization applies to the MuJoCo tasks"):
         load_config(["sim=maniskill", "task=PickCube-v1", "randomization=robust"])

@@ -112,7 +112,7 @@ def test_cameras_map_to_our_names() -> None:
 @pytest.mark.slow
 def test_short_training_run(tmp_path: Path) -> None:
     """The main job end to end on a ManiSkill task: demos, HIL actor/learner, eval, checkpoint, summary."""
-    from robot_rl.cli import load_config
+    from robot_rl.config import load_config
     from robot_rl.loop.trainer import train
 
     summary = train(load_config([

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from robot_rl.cli import load_config
+from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
 from robot_rl.sim.config import nominal

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robot_rl.cli import load_config
+from robot_rl.config import load_config
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

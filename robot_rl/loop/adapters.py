@@ -1,11 +1,13 @@
 """Which env an algorithm's agent acts in: the task env itself, or a residual / noise-space adapter around it.
 
-One function for the trainer, the actor nodes, evaluation and replay, so all of them see the same agent; and
-one (`env_policy`) for the deployment node, which steps a robot in the task's own terms.
+One function for the trainer, the actor nodes, evaluation and replay, so all of them see the same agent
+(`agent_env`, and `make_train_env` with the run's reward around it); and one (`env_policy`) for the deployment
+node, which steps a robot in the task's own terms.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +16,8 @@ import torch
 
 from robot_rl.algos.dsrl import NoiseEnv
 from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
+from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
+from robot_rl.envs import make_env
 from robot_rl.errors import UserError
 
 if TYPE_CHECKING:
@@ -65,3 +69,15 @@ def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | Re
     if cfg.algo != "residual":
         return agent
     return ResidualPolicy(load_base(cfg.residual.base), agent, cfg.residual)
+
+
+def make_train_env(
+    cfg: TrainConfig, seed: int, clf: RewardClassifier | None = None, node_name: str = "robot_rl_actor"
+) -> gym.Env:
+    """The env a run's agent acts in: the task env (`make_env`) with, for reward.source=classifier, the
+    classifier's verdict as the only reward and end of an episode (the sim's success no longer ends it; a robot's
+    success topic is then for evaluation only), inside the algo's adapter (residual, DSRL: `agent_env`)."""
+    if cfg.reward.source != "classifier":
+        return agent_env(cfg, make_env(cfg.env, seed, cfg.robot, node_name))
+    env_cfg = dataclasses.replace(cfg.env, terminate_on_success=False) if cfg.robot is None else cfg.env
+    return agent_env(cfg, ClassifierReward(make_env(env_cfg, seed, cfg.robot, node_name), clf, cfg.reward.threshold))
