@@ -23,6 +23,7 @@ from robot_rl.real.robot import RobotEnv
 from robot_rl.real.timing import percentiles_ms
 from robot_rl.sim.config import EnvConfig
 from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
+from robot_rl.types import ObsLayout
 
 os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
 
@@ -30,7 +31,12 @@ os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
 def control_loop(domain: int, hz: float, seconds: float) -> dict:
     cfg = load_robot_config("sim", [f"domain_id={domain}", "backend=dds", "reset_timeout_s=60"])
     ref = make_env(EnvConfig())
-    env = RobotEnv(cfg, ref.unwrapped.state_layout, hz=hz, max_episode_steps=2**62, node_name=f"bench_{hz:.0f}hz")
+    env = RobotEnv(
+        cfg,
+        ObsLayout.from_slices(ref.unwrapped.state_layout, control_hz=hz),
+        max_episode_steps=2**62,
+        node_name=f"bench_{hz:.0f}hz",
+    )
     ref.close()
     try:
         env.reset(seed=0)

@@ -140,7 +140,12 @@ def test_bad_inputs_never_put_a_command_outside_the_limits_on_the_wire(domain: i
     wire = tx.subscription(cfg.command_topic, msgs.POSE)
     grip = tx.subscription(cfg.gripper_topic, msgs.FLOAT64)
     ref = make_env(EnvConfig())
-    env = RobotEnv(cfg, ref.unwrapped.state_layout, hz=10.0, max_episode_steps=10_000, node_name="bad_inputs")
+    env = RobotEnv(
+        cfg,
+        ObsLayout.from_slices(ref.unwrapped.state_layout, control_hz=10.0),
+        max_episode_steps=10_000,
+        node_name="bad_inputs",
+    )
     ref.close()
     # (command target, TCP measured before the step); the env may use a TCP up to one state message newer.
     received: list[tuple[np.ndarray, np.ndarray]] = []

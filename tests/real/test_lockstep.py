@@ -11,6 +11,7 @@ from robot_rl.envs import make_env
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
 from robot_rl.sim.config import EnvConfig
+from robot_rl.types import ObsLayout
 
 N = 30  # steps: 3 s of robot time at the sim robot's 10 Hz control rate
 
@@ -24,7 +25,7 @@ def test_lockstep_robot_env_runs_faster_than_real_time_and_each_step_answers_its
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front", "--arm", "mocap")
     try:
         robot = load_robot_config("sim", [f"domain_id={domain}", "lockstep=true", "reset_timeout_s=20"])
-        env = RobotEnv(robot, layout, cameras=("front",))
+        env = RobotEnv(robot, ObsLayout.from_slices(layout, cameras=("front",), image_size=robot.image_size))
         assert env.hz == 10.0  # the control period both sides agree on: one step is 0.1 s of robot time
         obs, info = env.reset(seed=7)
         x = [float(obs["state"][layout["tcp_pos"]][0])]

@@ -18,6 +18,7 @@ from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states, proprio_layout
 from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
+from robot_rl.types import ObsLayout
 
 HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
 
@@ -65,7 +66,7 @@ def test_home_is_drawn_within_its_box_and_reached_through_the_safety_layer_after
 def test_the_operator_resets_the_scene_after_the_arm_is_home() -> None:
     robot = home_robot("operator")
     served = Served(robot)
-    env = RobotEnv(robot, proprio_layout(robot), hz=10.0)
+    env = RobotEnv(robot, ObsLayout.from_slices(proprio_layout(robot), control_hz=10.0))
     prompts = []
     env.operator_prompt = lambda text: prompts.append((text, env.robot_state().tcp_pos.copy()))
     try:
@@ -92,7 +93,7 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
     served = Served(robot)
     tx = make_transport(TransportConfig(backend="inproc", domain_id=robot.domain_id))
     estop = tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS)  # as `robot-rl estop press|release` does
-    env = RobotEnv(robot, proprio_layout(robot), hz=20.0, max_episode_steps=8)
+    env = RobotEnv(robot, ObsLayout.from_slices(proprio_layout(robot), control_hz=20.0), max_episode_steps=8)
     actor = Actor(env, Pusher(), retry_s=0.1)
     release = threading.Timer(1.0, lambda: estop.publish(msgs.scalar(msgs.BOOL, False)))
     try:

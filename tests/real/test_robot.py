@@ -22,7 +22,7 @@ from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.config import EnvConfig, RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
-from robot_rl.types import EE_FORCE_UNIT_N, PRIVILEGED_FIELDS
+from robot_rl.types import EE_FORCE_UNIT_N, PRIVILEGED_FIELDS, ObsLayout
 
 
 class Served:
@@ -76,7 +76,7 @@ def layout() -> dict[str, slice]:
 def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, command_type: str) -> None:
     robot_cfg.command_type = command_type  # twist: servo-style TwistStamped, as a UR with moveit_servo takes
     served = Served(robot_cfg)
-    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
     obs, info = env.reset(seed=123)
     ref = make_env(EnvConfig())
     ref_obs, _ = ref.reset(seed=123)
@@ -97,7 +97,7 @@ def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, co
 def test_past_actions_are_observed_like_the_sim_env_when_the_policy_was_trained_with_them(robot_cfg, served) -> None:
     ref = make_env(EnvConfig(randomization=RandomizationConfig(action_history=2)))
     sl = ref.unwrapped.state_layout["last_actions"]
-    env = RobotEnv(robot_cfg, ref.unwrapped.state_layout, hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(ref.unwrapped.state_layout, control_hz=20.0))
     ref_obs, _ = ref.reset(seed=3)
     obs, _ = env.reset(seed=3)
     assert obs["state"].shape == ref_obs["state"].shape == (21,)
@@ -110,7 +110,9 @@ def test_past_actions_are_observed_like_the_sim_env_when_the_policy_was_trained_
     ref.close()
     # A task that holds its grip (PegInsert) is sent and shown holding it, as its sim env shows it.
     peg = make_env(EnvConfig(task="PegInsert", randomization=RandomizationConfig(action_history=2)))
-    held = RobotEnv(robot_cfg, ref.unwrapped.state_layout, hz=20.0, held_grip=peg.unwrapped.held_grip)
+    held = RobotEnv(
+        robot_cfg, ObsLayout.from_slices(ref.unwrapped.state_layout, control_hz=20.0), held_grip=peg.unwrapped.held_grip
+    )
     assert held.reset(seed=3)[0]["state"][sl].tolist() == peg.reset(seed=3)[0]["state"][sl].tolist()
     sent, publish = [], held.publish
     held.publish = lambda cmd: (sent.append(cmd), publish(cmd))[1]
@@ -126,7 +128,7 @@ def test_delay_compensation_advances_a_late_view_by_the_commands_it_cannot_show(
     advanced by gain x the commands sent since, as the sim env does for a queued observation."""
     robot_cfg.staleness_s = robot_cfg.safety.state_timeout_s = 5.0  # the paused arm's state may age here
     lay = make_env(EnvConfig(randomization=RandomizationConfig(action_history=3))).unwrapped.state_layout
-    env = RobotEnv(robot_cfg, lay, hz=20.0, delay_compensation=0.6)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0), delay_compensation=0.6)
     env.reset(seed=5)
     served.paused.set()  # no new state from here: every view is older than the commands that follow it
     time.sleep(0.2)
@@ -146,7 +148,7 @@ def test_delay_compensation_advances_a_late_view_by_the_commands_it_cannot_show(
 def test_relative_obs_frame_is_assembled_from_the_robot_topics_like_the_sim_env(robot_cfg, served) -> None:
     ref = make_env(EnvConfig(obs_frame="relative"))
     lay = ref.unwrapped.state_layout
-    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0))
     obs, _ = env.reset(seed=5)
     ref_obs, _ = ref.reset(seed=5)
     np.testing.assert_allclose(obs["state"], ref_obs["state"], atol=5e-3)  # the same scene, the arm settling
@@ -163,7 +165,7 @@ def test_relative_obs_frame_is_assembled_from_the_robot_topics_like_the_sim_env(
 def test_stale_state_raises_and_publishes_no_pose(robot_cfg, served) -> None:
     spy_tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
     spy = spy_tx.subscription(robot_cfg.command_topic, msgs.POSE)
-    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
     env.reset(seed=1)
     env.step(np.zeros(4))
     spy.take()
@@ -184,7 +186,7 @@ def test_estop_topic_latches_both_sides_until_released_and_reset(robot_cfg, serv
     tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
     estop = tx.publisher(robot_cfg.estop_topic, msgs.BOOL)
     status = tx.subscription(robot_cfg.status_topic, msgs.STRING)
-    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
     env.reset(seed=3)
     env.step(np.zeros(4))
     estop.publish(msgs.scalar(msgs.BOOL, True))
@@ -204,7 +206,8 @@ def test_estop_topic_latches_both_sides_until_released_and_reset(robot_cfg, serv
 def test_camera_frames_reach_the_observation(robot_cfg) -> None:
     s = Served(robot_cfg, cameras=("front",), camera_hz=30.0, image_size=32)
     try:
-        env = RobotEnv(robot_cfg, layout(), cameras=("front",), hz=20.0)
+        lay = ObsLayout.from_slices(layout(), cameras=("front",), image_size=64, control_hz=20.0)
+        env = RobotEnv(robot_cfg, lay)
         obs, _ = env.reset(seed=4)
         assert obs["front"].shape == (64, 64, 3) and obs["front"].dtype == np.uint8 and obs["front"].std() > 0
         env.close()
@@ -244,7 +247,7 @@ def test_image_crop_cuts_source_pixels_before_the_resize() -> None:
 def test_proprio_layout_observes_joint_positions_and_velocities_and_no_object(robot_cfg, served) -> None:
     lay = proprio_layout(robot_cfg)
     assert list(lay) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
-    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0))
     try:
         obs, _ = env.reset(seed=3)
         assert obs["state"].shape == (23,) and "object" not in env._subs
@@ -318,7 +321,7 @@ def test_every_sim_state_field_is_assembled_on_a_robot_or_marked_privileged(task
 def test_the_wrench_topic_becomes_the_observed_force_as_the_sim_env_observes_it(robot_cfg) -> None:
     served = Served(robot_cfg, task="PegInsert")
     lay = {"tcp_pos": slice(0, 3), "ee_force": slice(3, 6)}
-    env = RobotEnv(robot_cfg, lay, hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0))
     try:
         env.reset(seed=1)
         for _ in range(3):  # the peg held still (the force is low-passed: settled after a few steps)
@@ -335,4 +338,4 @@ def test_the_wrench_topic_becomes_the_observed_force_as_the_sim_env_observes_it(
         served.close()
     no_wrench = load_robot_config("sim", [f"domain_id={robot_cfg.domain_id}", "backend=inproc", "wrench_topic=''"])
     with pytest.raises(ValueError, match="wrench_topic"):
-        RobotEnv(no_wrench, lay)
+        RobotEnv(no_wrench, ObsLayout.from_slices(lay))
