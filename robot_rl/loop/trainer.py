@@ -40,6 +40,7 @@ from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
+from robot_rl.configs import task_names
 from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_transitions
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
@@ -160,8 +161,10 @@ def check_demo_store(cfg: TrainConfig) -> None:
         tasks = sorted({str(t) for i in range(len(st)) if (t := st.meta(i).get("task"))})
         stored = {k: st.read(k, 0, 0).shape[1:] for k in st.keys}
     if tasks and tasks != [cfg.env.task]:
+        options = {task: name for name, task in task_names().items()}
+        matching = ", ".join(f"task={options[t]}" for t in tasks if t in options) or "task="
         raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
-                        "pick the matching task= or store")  # fmt: skip
+                        f"pick the matching {matching} or store")  # fmt: skip
     wanted, layout = expected_obs(cfg)
     with EpisodeStore(cfg.demos.path, "r") as st:
         for i in range(len(st)):

@@ -57,13 +57,13 @@ CASES = [
     ("train loop.env_stepz=5", "did you mean loop.env_steps"),
     ("train task=pick", "task=pick: expected one of"),
     ("train resume={b}/doesnotexist", "no run there"),
-    ("train demos.path={b}/peg run_dir={b}/new", "holds PegInsert episodes but this run trains PickCube"),
+    ("train demos.path={b}/peg run_dir={b}/new", "trains PickCube: pick the matching task=peg_insert or store"),
     ("train demos.path={b}/state run_dir={b}/new obs=pixels", "has no 'front'"),
     ("dataset merge {b}/pixel {b}/state --out {b}/m", "do not fit together"),
     ("dataset validate {b}/damaged --repair", "repair would keep nothing"),
     ("dataset info {b}/nostore", "no episode store"),
     ("dataset split {b}/pixel --out {b}/run", "already exists"),
-    ("collect {b}/new -n 1 --task PickCub", "invalid choice: 'PickCub'"),
+    ("collect {b}/new -n 1 --task PickCub", "--task PickCub: unknown task; expected one of"),
     ("collect {b}/pixel -n 1", "pass --resume"),
     ("collect {b}/new -n 0", "must be >= 1"),
     ("report {b}/half", "holds a finished run"),
@@ -75,6 +75,8 @@ CASES = [
     ("replay {b}/pixel --episode 7 --reexecute", "episode 7 out of range"),
     ("replay {b}/pixel", "give --out and/or --reexecute"),
     ("deploy {b}/run --robot nosuch", "--robot nosuch"),
+    ("sim-robot --task nope", "--task nope: unknown task; expected one of peg_insert, pick_cube"),
+    ("sim-robot --task PickCube-v1", "--task PickCube-v1: not a task this command runs"),
     ("plot training {b}/half --out {b}/t.png", "no evaluations"),
     ("estop hold", "invalid choice: 'hold'"),
 ]
@@ -94,6 +96,18 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(bench: Path, capsys, l
     assert rc == 2, err
     assert problem in err and len(err.splitlines()) == 1, err
     assert _snapshot(bench) == before
+
+
+def test_sim_robot_refuses_a_task_before_it_starts_anything(monkeypatch, capsys) -> None:
+    import robot_rl.real.sim_robot as sim_robot
+
+    def started(*args, **kwargs):
+        raise AssertionError("sim-robot got past its arguments")
+
+    for name in ("robot_from_args", "stop_on_signals", "SimRobot"):  # the robot config, signal handlers, ROS
+        monkeypatch.setattr(sim_robot, name, started)
+    assert main(["sim-robot", "--task", "nope"]) == 2
+    assert "peg_insert, pick_cube" in capsys.readouterr().err
 
 
 def test_the_installed_command_prints_no_traceback(bench: Path) -> None:
