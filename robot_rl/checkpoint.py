@@ -17,6 +17,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from robot_rl.algos.adapters import agent_env
@@ -29,6 +30,17 @@ from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.sim.envs import make_env, obs_layout
 
 LATEST = "latest"
+
+
+def read_tensors(path: Path | str, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """`load_file` for every checkpoint file (weights, optimizer state, classifiers): a damaged, truncated or
+    missing file is a UserError that names it (a half-copied run dir, not a bug)."""
+    try:
+        return load_file(str(path), device=str(device))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{path}: damaged or truncated checkpoint file ({' '.join(str(e).split())})") from None
 
 
 def _flatten_optimizer(opt: torch.optim.Optimizer, prefix: str) -> tuple[dict[str, torch.Tensor], dict]:
@@ -124,9 +136,9 @@ def load_checkpoint(
     device: torch.device | str = "cpu",
 ) -> dict:
     """Restores in place; returns the counters."""
-    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
+    model.load_state_dict(read_tensors(path / "model.safetensors", device))
     if optimizers:
-        tensors = load_file(str(path / "optim.safetensors"), device=str(device))
+        tensors = read_tensors(path / "optim.safetensors", device)
         meta = json.loads((path / "optim.json").read_text())
         for oname, opt in optimizers.items():
             opt.load_state_dict(_unflatten_optimizer(tensors, meta[oname], oname))
@@ -187,6 +199,6 @@ def load_policy(path: Path | str, env: gym.Env | None = None) -> tuple[GaussianP
         policy = make_chunk_policy(cfg.bc.policy, state_dim, act_dim, cameras, image_size or 64)
     else:
         policy = make_policy(cfg.sac, state_dim, act_dim, cameras, image_size or 64)
-    weights = load_file(str(Path(path) / "model.safetensors"))
+    weights = read_tensors(Path(path) / "model.safetensors")
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
     return policy.eval(), cfg

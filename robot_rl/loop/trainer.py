@@ -20,7 +20,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -38,7 +37,7 @@ from robot_rl.algos.reward_classifier import (
 )
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, read_tensors, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.configs import task_names
 from robot_rl.demos.collect import CollectConfig, collect_to_store, episode_transitions
@@ -257,7 +256,7 @@ def make_reward_classifier(
     saved = run_dir / "reward_classifier.safetensors"
     path = cfg.reward.classifier_path or (str(saved) if saved.exists() else "")  # a resumed run keeps its own
     if path:
-        clf.load_state_dict(load_file(path))
+        clf.load_state_dict(read_tensors(path))
         if cfg.reward.threshold is not None:
             clf.threshold.fill_(cfg.reward.threshold)
         return clf.eval()

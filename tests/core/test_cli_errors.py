@@ -46,7 +46,19 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _store(root / "state", "PickCube", images=False)
     _store(root / "peg", "PegInsert", images=False)
     _store(root / "damaged", "PickCube", images=False, damaged=True)
+    _truncated_run(root / "truncated")
     return root
+
+
+def _truncated_run(run: Path) -> None:
+    """A real (tiny) run whose weights a copy cut short, as `head -c 1000 model.safetensors` leaves them."""
+    from robot_rl.cli import load_config
+    from robot_rl.loop.trainer import train
+
+    train(load_config([f"run_dir={run}", "loop.env_steps=20", "loop.eval_every=0", "loop.final_eval_episodes=1",
+                       "loop.checkpoint_every=0", "demos.n_episodes=1", "profile=cpu"]))  # fmt: skip
+    weights = run / "checkpoints" / "final" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
 
 
 CASES = [
@@ -72,9 +84,11 @@ CASES = [
     ("eval {b}/run", "checkpoint"),
     ("eval {b}/foreign", "not a robot_rl checkpoint"),
     ("eval {b}/run --episodes 0", "--episodes 0: must be >= 1"),
+    ("eval {b}/truncated", "truncated/checkpoints/final/model.safetensors: damaged or truncated"),
     ("replay {b}/pixel --episode 7 --reexecute", "episode 7 out of range"),
     ("replay {b}/pixel", "give --out and/or --reexecute"),
     ("deploy {b}/run --robot nosuch", "--robot nosuch"),
+    ("deploy {b}/truncated --robot sim", "truncated/checkpoints/final/model.safetensors: damaged or truncated"),
     ("sim-robot --task nope", "--task nope: unknown task; expected one of peg_insert, pick_cube"),
     ("sim-robot --task PickCube-v1", "--task PickCube-v1: not a task this command runs"),
     ("plot training {b}/half --out {b}/t.png", "no evaluations"),
