@@ -104,9 +104,6 @@ class BCConfig:
     val_fraction: float = 0.1  # demo episodes held out for the validation loss (none with fewer than 5)
 
 
-ALGOS = ("sac", "bc", "residual", "dsrl")
-
-
 @dataclass
 class TrainConfig:
     algo: str = "sac"  # sac (HIL-SERL) | bc (imitation) | residual (SAC on a frozen base) | dsrl (SAC in noise space)
