@@ -56,10 +56,9 @@ PEG_BELOW_TCP = 0.01  # peg centre sits this far below the TCP when held
 INSERT_DEPTH = 0.03  # PegInsert success depth below the hole top
 GRASP_SLACK = 0.006  # finger gap within the object's width +- this (and the TCP within the object) is a grasp
 ARM_DOFS = slice(0, 7)
-# Tasks whose gripper holds one command whatever the action says (PegInsert starts with the peg grasped). It is the
-# executed command, so `last_actions` shows it too (the sim env and a robot's RobotEnv alike): with the ignored,
-# freely chosen output fed back instead, and a normaliser fitted to the demos' constant "closed" (std 0.01), the
-# policy chased its own gripper outputs: PegInsert with 3 past actions learned nothing in 8000 env steps.
+# Tasks whose gripper holds one command whatever the action says (PegInsert starts with the peg grasped); it is the
+# executed command, so `last_actions` shows it too, in the sim env and a robot's RobotEnv alike (why:
+# docs/sim_to_real.md, "The held grip").
 HELD_GRIP = {"PegInsert": 1.0}
 
 
@@ -117,9 +116,9 @@ class EnvConfig:
     safety_reward: float = -1.0
     force_cost: float = 1.0
     # relative: positions only relative to the object (its start, the hole), see the module docstring; absolute:
-    # the TCP and object positions in the world frame, with which policies learned absolute heights (a table 2.5 cm
-    # higher: 0/40, docs/sim_to_real.md). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill
-    # and gym envs keep their own layouts.
+    # the TCP and object positions in the world frame, with which policies learn absolute heights (docs/sim_to_real.md,
+    # "The observation frame"). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill and gym
+    # envs keep their own layouts.
     obs_frame: str = "relative"
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
