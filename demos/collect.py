@@ -421,13 +421,13 @@ def main(argv: list[str]) -> int:
     import sys
     from pathlib import Path
 
-    from robot_rl.configs import task_names
+    from robot_rl.configs import task_names, task_option
     from robot_rl.demos.teleop import DEVICES, UNATTENDED, make_device
 
     tasks = task_names()
     p = argparse.ArgumentParser(prog="robot-rl collect", description=main.__doc__)
     p.add_argument("store", type=Path, help="the episode store to create (or extend with --resume)")
-    p.add_argument("--task", default="pick_cube", choices=tasks, help="the same names as `robot-rl train task=`")
+    p.add_argument("--task", default="pick_cube", help=f"{' | '.join(tasks)} (the names of `robot-rl train task=`)")
     p.add_argument("--episodes", "-n", type=int, required=True, help="target number of episodes in the store")
     p.add_argument(
         "--device",
@@ -489,7 +489,7 @@ def main(argv: list[str]) -> int:
     from robot_rl.config import load_config  # the env exactly as `train` composes it, through the one env factory
 
     env_cfg = load_config(
-        [f"task={ns.task}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]
+        [f"task={task_option(ns.task)}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]
     ).env
     cfg = CollectConfig(
         task=env_cfg.task,

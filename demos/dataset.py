@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.configs import env_task
 from robot_rl.demos.store import SOURCES, EpisodeStore, StoreCorruptError, staged_path, staged_store
 from robot_rl.errors import UserError
 
@@ -282,7 +283,8 @@ def main(argv: list[str]) -> int:
     s.add_argument("--out", type=Path, required=True, help="the new store (must not exist)")
     s.add_argument("--success", choices=("true", "false"), help="keep only successful / failed episodes")
     s.add_argument("--source", choices=sorted(SOURCES), help="keep only episodes of this source")
-    s.add_argument("--task", help="keep only episodes of this task")
+    s.add_argument("--task", type=env_task, help="keep only episodes of this task (a `train task=` name, e.g. "
+                   "peg_insert, or the task an episode records)")  # fmt: skip
     s.add_argument("--min-length", type=int, default=0, help="keep episodes at least this many steps long")
     s.add_argument("--max-length", type=int, help="keep episodes at most this many steps long")
     ns = p.parse_args(argv)

@@ -217,9 +217,6 @@ class DiffusionPolicy(ChunkPolicy):
         self.sample_scheduler = DDIMScheduler.from_config(self.train_scheduler.config)
         self.sample_scheduler.set_timesteps(cfg.num_inference_steps)
 
-    def set_inference_steps(self, steps: int) -> None:
-        self.sample_scheduler.set_timesteps(steps)
-
     def predict_action_chunk(
         self, obs: Obs, *, noise: torch.Tensor | None = None, deterministic: bool = False
     ) -> torch.Tensor:

@@ -42,6 +42,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from robot_rl.configs import task_names, task_option
 from robot_rl.envs import make_env
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
@@ -326,9 +327,12 @@ class SimRobot:
 
 
 def main(argv: list[str]) -> int:
+    from robot_rl.sim.config import TASKS  # the MuJoCo tasks, the ones this arm serves
+
+    served = [name for name, task in task_names().items() if task in TASKS]
     p = argparse.ArgumentParser(prog="robot-rl sim-robot", description="serve the MuJoCo arm on robot topics")
     add_robot_args(p, "sim")
-    p.add_argument("--task", default="PickCube")
+    p.add_argument("--task", default="pick_cube", help=f"{' | '.join(served)} (the names of `robot-rl train task=`)")
     p.add_argument("--hz", type=float, default=100.0, help="physics/publish rate")
     p.add_argument(
         "--lockstep",
@@ -357,6 +361,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
     ns = p.parse_intermixed_args(argv)
+    task = task_names()[task_option(ns.task, among=TASKS)]  # a wrong name fails here, before any ROS starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim-robot %(levelname)s %(message)s")
     robot = robot_from_args(ns)
     rand = RandomizationConfig(
@@ -364,7 +369,7 @@ def main(argv: list[str]) -> int:
         camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1],
     )  # fmt: skip
     cfg = SimRobotConfig(
-        task=ns.task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
+        task=task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
         control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,

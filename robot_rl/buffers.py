@@ -8,12 +8,14 @@ once as it is written, e.g. camera images to a frozen encoder's features, so sam
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from robot_rl.errors import UserError
 from robot_rl.types import Batch, NpObs, Transition
 
 
@@ -161,8 +163,14 @@ class ReplayBuffer:
             np.savez(f, **self.state_dict())
 
     def load(self, path: Path) -> None:
-        with np.load(path) as d:
-            self.load_state_dict(dict(d))
+        try:
+            with np.load(path) as d:
+                arrays = dict(d)
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such file") from None
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # ValueError: not an npz at all
+            raise UserError(f"{path}: damaged or truncated checkpoint file ({' '.join(str(e).split())})") from None
+        self.load_state_dict(arrays)
 
 
 class MixedSampler:

@@ -16,12 +16,12 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from robot_rl.algos.sac import make_policy
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
-from robot_rl.errors import UserError
+from robot_rl.errors import UserError, read_tensors
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.types import ObsLayout
@@ -127,9 +127,9 @@ def load_checkpoint(
     device: torch.device | str = "cpu",
 ) -> dict:
     """Restores in place; returns the counters."""
-    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
+    model.load_state_dict(read_tensors(path / "model.safetensors", device))
     if optimizers:
-        tensors = load_file(str(path / "optim.safetensors"), device=str(device))
+        tensors = read_tensors(path / "optim.safetensors", device)
         meta = json.loads((path / "optim.json").read_text())
         for oname, opt in optimizers.items():
             opt.load_state_dict(_unflatten_optimizer(tensors, meta[oname], oname))
@@ -182,7 +182,7 @@ def checkpoint_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
         env = make_env(cfg.env)
         env_layout = ObsLayout.of_env(env, cfg.env.max_step, cfg.env.control_hz)
         env.close()
-    weights = load_file(str(path / "model.safetensors"))
+    weights = read_tensors(path / "model.safetensors")
     state_dim = weights["policy.encoder.state_mean"].shape[0]
     cameras = tuple(c for c in env_layout.cameras if any(k.startswith(f"policy.encoder.convs.{c}.") for k in weights))
     policy = env_layout.replace(cameras=cameras, image_size=env_layout.image_size if cameras else 0)
@@ -204,6 +204,6 @@ def load_policy(path: Path | str) -> tuple[GaussianPolicy | ChunkPolicy, TrainCo
     build = make_chunk_policy if cfg.algo == "bc" else make_policy
     policy = build(cfg.bc.policy if cfg.algo == "bc" else cfg.sac, lay.state_dim, lay.action_dim, lay.cameras,
                    lay.image_size or 64)  # fmt: skip
-    weights = load_file(str(Path(path) / "model.safetensors"))
+    weights = read_tensors(Path(path) / "model.safetensors")
     policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
     return policy.eval(), cfg

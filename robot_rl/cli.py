@@ -237,7 +237,7 @@ USAGE = (
     "  deploy RUN_DIR|CHECKPOINT --robot sim|franka|ur5e [--episodes K] [--hz 10] [--record STORE]   run on a robot\n"
     "  estop press|release [--robot sim]   latch or clear a robot's e-stop from a shell\n"
     "  gripper-bridge --robot franka|ur5e   the gripper opening topic -> the driver's gripper action (robot PC)\n"
-    "  sim-robot [--robot sim] [--latency S] [--noise M] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics\n"
+    "  sim-robot [--task pick_cube|peg_insert] [--latency S] [--friction LO HI] ...   MuJoCo arm on ROS 2 topics\n"
     "  vla-sft STORE OUT [--base tiny|full|DIR] [--finetune lora|full]   fine-tune pi0 on demos (vla extra)\n"
     "  --debug: show the Python traceback of an error instead of its one-line message"
 )

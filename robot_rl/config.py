@@ -117,9 +117,6 @@ class BCConfig:
     val_fraction: float = 0.1  # demo episodes held out for the validation loss (none with fewer than 5)
 
 
-ALGOS = ("sac", "bc", "residual", "dsrl")
-
-
 @dataclass
 class TrainConfig:
     algo: str = "sac"  # sac (HIL-SERL) | bc (imitation) | residual (SAC on a frozen base) | dsrl (SAC in noise space)
@@ -170,7 +167,7 @@ MINIMUM = {
 
 # Every key with a fixed set of values, and those values.
 CHOICES = {
-    "algo": ALGOS,
+    "algo": ("sac", "bc", "residual", "dsrl"),
     "env.sim": SIMS,
     "env.obs": OBS_MODES,
     "env.arm": ARMS,

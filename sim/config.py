@@ -142,9 +142,9 @@ class EnvConfig:
     safety_reward: float = -1.0
     force_cost: float = 1.0
     # relative: positions only relative to the object (its start, the hole), see the module docstring; absolute:
-    # the TCP and object positions in the world frame, with which policies learned absolute heights (a table 2.5 cm
-    # higher: 0/40, docs/sim_to_real.md). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill
-    # and gym envs keep their own layouts.
+    # the TCP and object positions in the world frame, with which policies learn absolute heights (docs/sim_to_real.md,
+    # "The observation frame"). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill and gym
+    # envs keep their own layouts.
     obs_frame: str = "relative"
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours

@@ -6,7 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
+from robot_rl.configs import env_task
 from robot_rl.demos.store import SOURCES
+
+TASK_HELP = "the episodes' task: a `train task=` name (e.g. peg_insert) to train on them, or any label"
 
 
 def main(argv: list[str]) -> int:
@@ -36,12 +39,12 @@ def main(argv: list[str]) -> int:
     s.add_argument("--reference", help="topic whose messages are the ticks (default: first --topic)")
     s.add_argument("--episode-gap", type=float, default=1.0)
     s.add_argument("--max-age", type=float, default=0.5)
-    s.add_argument("--task", default="")
+    s.add_argument("--task", type=env_task, default="", help=TASK_HELP)
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
     s = sub.add_parser("legacy-zarr", help="diffusion_policy/robomimic zarr v2 replay buffer -> store")
     s.add_argument("src", type=Path)
     s.add_argument("out", type=Path)
-    s.add_argument("--task", default="")
+    s.add_argument("--task", type=env_task, default="", help=TASK_HELP)
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
     ns = p.parse_args(argv)
     if ns.cmd == "lerobot-export":

@@ -34,10 +34,6 @@ class DeviceCommand:
     intervene: bool = False
     events: frozenset[str] = frozenset()
 
-    def zero_motion(self) -> DeviceCommand:
-        """Same toggles and gripper, no motion: what a device reports after a bad packet."""
-        return DeviceCommand(np.zeros(6, np.float32), self.gripper, self.intervene, frozenset())
-
 
 @runtime_checkable
 class TeleopDevice(Protocol):

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peft import LoraConfig, PeftModel, get_peft_model
-from safetensors.torch import load_file
 from transformers import PI0ForConditionalGeneration
 
 if TYPE_CHECKING:  # pi0 imports this module (lazily, to save and load adapters): types only, no circle
@@ -80,11 +79,13 @@ def load_adapters(policy: PI0Policy, path: Path, trainable: bool = False) -> PI0
     conversion to adapter keys, renaming `embed_action_time.state_proj` a second time, and silently drops
     those adapters. The adapter file's keys are plain `base_model.model.<module>.lora_A.weight`.
     """
+    from robot_rl.errors import read_tensors
+
     cfg = LoraConfig.from_pretrained(str(path))
     cfg.inference_mode = not trainable
     _attach(policy, get_peft_model(policy.model, cfg))
     weights = {}
-    for k, v in load_file(str(Path(path) / "adapter_model.safetensors")).items():
+    for k, v in read_tensors(Path(path) / "adapter_model.safetensors").items():
         k = k.removeprefix("base_model.model.")
         weights[re.sub(r"\.(lora_[AB])\.weight$", r".\1.default.weight", k)] = v
     missing, unexpected = policy.model.load_state_dict(weights, strict=False)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from transformers import PI0Config, PI0ForConditionalGeneration
 
@@ -405,8 +405,10 @@ def _atomic_dir(final: Path, write: Any) -> Path:
 
 
 def _load_norms(policy: PI0Policy, path: Path) -> None:
+    from robot_rl.errors import read_tensors
+
     if (path / NORM_FILE).is_file():
-        n = load_file(str(path / NORM_FILE))
+        n = read_tensors(path / NORM_FILE)
         policy.set_normalization(*(n[k] for k in _NORM_KEYS))
 
 
@@ -534,12 +536,14 @@ def pi0_config_from_lerobot(raw: Mapping[str, Any]) -> PI0Config:
 def _load_lerobot(
     path: Path, raw: Mapping[str, Any], model_config: PI0Config | None
 ) -> tuple[PI0ForConditionalGeneration, dict[str, torch.Tensor]]:
+    from robot_rl.errors import read_tensors
+
     files = sorted(path.glob("model*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{path}: no model*.safetensors")
     sd: dict[str, torch.Tensor] = {}
     for f in files:
-        sd.update(load_file(str(f)))
+        sd.update(read_tensors(f))
     weights, norms = lerobot_to_transformers_keys(sd)
     model = PI0ForConditionalGeneration(model_config or pi0_config_from_lerobot(raw))
     missing, unexpected = model.load_state_dict(weights, strict=False)

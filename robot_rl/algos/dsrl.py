@@ -21,8 +21,8 @@ from robot_rl.types import NpObs
 @dataclass
 class DSRLConfig:
     base: str = ""  # checkpoint folder of the frozen diffusion policy (a `algo=bc_diffusion` run)
-    # |noise| <= this per element. 2.0 reaches past the bulk of the training noise: on a base cloned from noisy
-    # demos the executed actions' spread over noise was 0.24 at 1.5 and 0.5 at 2.5; 1.5 left too little to steer.
+    # |noise| <= this per element: past the bulk of the training noise, or the base's actions barely move with it
+    # (docs/benchmarks.md, "Diffusion policy, residual RL, DSRL").
     noise_bound: float = 2.0
     chunk_reward: str = "sum"  # sum | max of the env rewards over the executed chunk
     agent_cameras: bool = True  # false: the agent sees proprio state only; the base still reads cameras

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
@@ -158,12 +158,15 @@ def classifier_meta(path: str | Path) -> dict[str, Any]:
 
 def load_classifier(path: str | Path) -> tuple[RewardClassifier, dict[str, Any]]:
     """A classifier built from its own metadata (`state_layout`, `cameras`, `image_size`), in eval mode."""
+    from robot_rl.errors import read_tensors
+
+    weights = read_tensors(path)  # first: a damaged or truncated file says so, not that its header is unreadable
     meta = classifier_meta(path)
     if "state_layout" not in meta:
         raise ValueError(f"{path} does not say which observation it reads: save it with `robot-rl classifier train`")
     state_dim = max((b for _, b in meta["state_layout"].values()), default=0)
     clf = RewardClassifier(state_dim, meta["cameras"], meta["image_size"])
-    clf.load_state_dict(load_file(str(path)))
+    clf.load_state_dict(weights)
     return clf.eval(), meta
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.config import TrainConfig
+from robot_rl.configs import task_names
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
 from robot_rl.types import ObsLayout, Transition
@@ -73,8 +74,10 @@ def check_demo_store(cfg: TrainConfig) -> None:
         stored = {k: st.read(k, 0, 0).shape[1:] for k in st.keys}
         layouts = [st.meta(i).get("state_layout") for i in range(len(st))]
     if tasks and tasks != [cfg.env.task]:
+        options = {task: name for name, task in task_names().items()}
+        matching = ", ".join(f"task={options[t]}" for t in tasks if t in options) or "task="
         raise UserError(f"{where} holds {', '.join(tasks)} episodes but this run trains {cfg.env.task}: "
-                        "pick the matching task= or store")  # fmt: skip
+                        f"pick the matching {matching} or store")  # fmt: skip
     layout = env_layout(cfg)
     for fields in layouts:
         if (idx := state_fields(fields, layout.state, where)) is not None:

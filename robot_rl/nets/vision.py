@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from robot_rl.types import UNSCALED_FIELDS
@@ -86,7 +85,9 @@ class ObsEncoder(nn.Module):
         """Loads one ConvEncoder's weights (safetensors, local path: nothing is downloaded) into every camera."""
         if not self.cameras:
             raise ValueError("a pretrained image encoder was given but the observation has no cameras")
-        weights = load_file(path)
+        from robot_rl.errors import read_tensors
+
+        weights = read_tensors(path)
         for cam in self.cameras:
             try:
                 self.convs[cam].load_state_dict(weights)

@@ -3,10 +3,12 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robot_rl.errors import UserError
 from robot_rl.types import Transition
 
 
@@ -56,3 +58,19 @@ def test_a_checkpoint_from_before_obs_frame_or_action_history_keeps_its_observat
         saved["env"]["randomization"]["observe_last_action"] = old
         (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
         assert checkpoint_config(tmp_path).env.randomization.action_history == history
+
+
+def test_a_truncated_checkpoint_file_is_named_not_a_traceback(tmp_path: Path) -> None:
+    model = torch.nn.Linear(3, 2)
+    opts = {"opt": torch.optim.Adam(model.parameters())}
+    model(torch.ones(1, 3)).sum().backward()
+    opts["opt"].step()  # an optimizer with state to save
+    buffers = {"online": filled_buffer(10, seed=0)}
+    ckpt = save_checkpoint(tmp_path, "step_1", model, opts, {"env_steps": 1}, "x: 1\n", buffers)
+    for name in ("model.safetensors", "optim.safetensors", "buffer_online.npz"):
+        f = ckpt / name
+        whole = f.read_bytes()
+        f.write_bytes(whole[: len(whole) // 2])  # a copy cut short
+        with pytest.raises(UserError, match=f"{name}: damaged or truncated checkpoint file"):
+            load_checkpoint(ckpt, torch.nn.Linear(3, 2), opts, {"online": ReplayBuffer(64)})
+        f.write_bytes(whole)

@@ -46,7 +46,19 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _store(root / "state", "PickCube", images=False)
     _store(root / "peg", "PegInsert", images=False)
     _store(root / "damaged", "PickCube", images=False, damaged=True)
+    _truncated_run(root / "truncated")
     return root
+
+
+def _truncated_run(run: Path) -> None:
+    """A real (tiny) run whose weights a copy cut short, as `head -c 1000 model.safetensors` leaves them."""
+    from robot_rl.cli import load_config
+    from robot_rl.loop.trainer import train
+
+    train(load_config([f"run_dir={run}", "loop.env_steps=20", "loop.eval_every=0", "loop.final_eval_episodes=1",
+                       "loop.checkpoint_every=0", "demos.n_episodes=1", "profile=cpu"]))  # fmt: skip
+    weights = run / "checkpoints" / "final" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
 
 
 CASES = [
@@ -57,13 +69,13 @@ CASES = [
     ("train loop.env_stepz=5", "did you mean loop.env_steps"),
     ("train task=pick", "task=pick: expected one of"),
     ("train resume={b}/doesnotexist", "no run there"),
-    ("train demos.path={b}/peg run_dir={b}/new", "holds PegInsert episodes but this run trains PickCube"),
+    ("train demos.path={b}/peg run_dir={b}/new", "trains PickCube: pick the matching task=peg_insert or store"),
     ("train demos.path={b}/state run_dir={b}/new obs=pixels", "has no 'front'"),
     ("dataset merge {b}/pixel {b}/state --out {b}/m", "do not fit together"),
     ("dataset validate {b}/damaged --repair", "repair would keep nothing"),
     ("dataset info {b}/nostore", "no episode store"),
     ("dataset split {b}/pixel --out {b}/run", "already exists"),
-    ("collect {b}/new -n 1 --task PickCub", "invalid choice: 'PickCub'"),
+    ("collect {b}/new -n 1 --task PickCub", "--task PickCub: unknown task; expected one of"),
     ("collect {b}/pixel -n 1", "pass --resume"),
     ("collect {b}/new -n 0", "must be >= 1"),
     ("report {b}/half", "holds a finished run"),
@@ -72,9 +84,13 @@ CASES = [
     ("eval {b}/run", "checkpoint"),
     ("eval {b}/foreign", "not a robot_rl checkpoint"),
     ("eval {b}/run --episodes 0", "--episodes 0: must be >= 1"),
+    ("eval {b}/truncated", "truncated/checkpoints/final/model.safetensors: damaged or truncated"),
     ("replay {b}/pixel --episode 7 --reexecute", "episode 7 out of range"),
     ("replay {b}/pixel", "give --out and/or --reexecute"),
     ("deploy {b}/run --robot nosuch", "--robot nosuch"),
+    ("deploy {b}/truncated --robot sim", "truncated/checkpoints/final/model.safetensors: damaged or truncated"),
+    ("sim-robot --task nope", "--task nope: unknown task; expected one of peg_insert, pick_cube"),
+    ("sim-robot --task PickCube-v1", "--task PickCube-v1: not a task this command runs"),
     ("plot training {b}/half --out {b}/t.png", "no evaluations"),
     ("estop hold", "invalid choice: 'hold'"),
 ]
@@ -94,6 +110,18 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(bench: Path, capsys, l
     assert rc == 2, err
     assert problem in err and len(err.splitlines()) == 1, err
     assert _snapshot(bench) == before
+
+
+def test_sim_robot_refuses_a_task_before_it_starts_anything(monkeypatch, capsys) -> None:
+    import robot_rl.real.sim_robot as sim_robot
+
+    def started(*args, **kwargs):
+        raise AssertionError("sim-robot got past its arguments")
+
+    for name in ("robot_from_args", "stop_on_signals", "SimRobot"):  # the robot config, signal handlers, ROS
+        monkeypatch.setattr(sim_robot, name, started)
+    assert main(["sim-robot", "--task", "nope"]) == 2
+    assert "peg_insert, pick_cube" in capsys.readouterr().err
 
 
 def test_the_installed_command_prints_no_traceback(bench: Path) -> None:

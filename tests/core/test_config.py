@@ -32,6 +32,16 @@ def test_unknown_group_option_lists_choices() -> None:
     assert "pick_cube" in str(e.value) and "peg_insert" in str(e.value)
 
 
+def test_every_command_takes_the_task_names_of_train() -> None:
+    from robot_rl.configs import env_task, task_names, task_option
+
+    for name, task in task_names().items():  # the table is the task group: what `train task=` composes
+        assert load_config([f"task={name}"]).env.task == task
+        assert task_option(name) == task_option(task) == name  # old scripts' CamelCase means the same task
+    assert task_option("PegInsert", among=("PickCube", "PegInsert")) == "peg_insert"
+    assert env_task("peg_insert") == "PegInsert" and env_task("push_t") == "push_t"  # foreign stores keep theirs
+
+
 def test_wrong_type_says_the_expected_type() -> None:
     with pytest.raises(ConfigError, match="sac.utd=lots: expected int"):
         load_config(["sac.utd=lots"])

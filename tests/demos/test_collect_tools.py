@@ -82,7 +82,9 @@ def test_merge_split_filter(demo_store: Path, tmp_path: Path) -> None:
         str(tmp_path / "merged"),
     )
     assert info(tmp_path / "merged")["n_episodes"] == 20
-    robot_rl("dataset", "filter", str(demo_store), "--out", str(tmp_path / "long"), "--min-length", "10")
+    # the task as `train task=` names it (the episodes record PickCube)
+    robot_rl("dataset", "filter", str(demo_store), "--out", str(tmp_path / "long"), "--min-length", "10", "--task",
+             "pick_cube")  # fmt: skip
     with EpisodeStore(tmp_path / "long") as st, EpisodeStore(demo_store) as src:
         want = sum(src.meta(i)["length"] >= 10 for i in range(len(src)))
         assert len(st) == want and all(st.meta(i)["length"] >= 10 for i in range(len(st)))
