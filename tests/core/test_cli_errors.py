@@ -52,7 +52,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _truncated_run(run: Path) -> None:
     """A real (tiny) run whose weights a copy cut short, as `head -c 1000 model.safetensors` leaves them."""
-    from robot_rl.cli import load_config
+    from robot_rl.config import load_config
     from robot_rl.loop.trainer import train
 
     train(load_config([f"run_dir={run}", "loop.env_steps=20", "loop.eval_every=0", "loop.final_eval_episodes=1",
@@ -69,6 +69,10 @@ CASES = [
     ("train loop.env_stepz=5", "did you mean loop.env_steps"),
     ("train task=pick", "task=pick: expected one of"),
     ("train resume={b}/doesnotexist", "no run there"),
+    ("train algo=residual", "algo=residual needs residual.base=<checkpoint folder"),
+    ("train reward.source=oracle", "reward.source=oracle: expected one of env | classifier"),
+    ("train robot=sim intervention.enabled=false randomization=robust", "robot=sim: env.sim and env.randomization are"),
+    ("train robot=sim intervention.enabled=false env.obs=both", "robot=sim: obs=both adds the object's pose"),
     ("train demos.path={b}/peg run_dir={b}/new", "trains PickCube: pick the matching task=peg_insert or store"),
     ("train demos.path={b}/state run_dir={b}/new obs=pixels", "has no 'front'"),
     ("dataset merge {b}/pixel {b}/state --out {b}/m", "do not fit together"),
