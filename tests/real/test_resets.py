@@ -41,7 +41,7 @@ class Recording(RobotEnv):
 def test_home_is_drawn_within_its_box_and_reached_through_the_safety_layer_after_the_scene_reset() -> None:
     robot = home_robot("topic")
     served = Served(robot)
-    env = Recording(robot, proprio_layout(robot), hz=10.0)
+    env = Recording(robot, ObsLayout.from_slices(proprio_layout(robot), control_hz=10.0))
     env.sent = []
     homes = []
     try:
