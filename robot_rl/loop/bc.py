@@ -8,9 +8,7 @@ residual RL and DSRL load as their frozen base (`residual.base=<run>/checkpoints
 from __future__ import annotations
 
 import copy
-import json
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate
-from robot_rl.loop.run import EvalLog, prepare_demos, print_eval_table, start_run
+from robot_rl.loop.run import EvalLog, prepare_demos, start_run, write_summary
 from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
 from robot_rl.types import Batch, ObsLayout
 
@@ -60,106 +58,113 @@ def validation_loss(policy: ChunkPolicy, data: SequenceDataset, device: torch.de
     return float(np.mean(losses))
 
 
-def train_bc(cfg: TrainConfig) -> Path:
-    """Trains (or resumes) a BC run; returns the path of its summary.json."""
-    run_dir, device, config_yaml = start_run(cfg)
-    bc, pcfg = cfg.bc, cfg.bc.policy
+class BCRun:
+    """A BC run: demos as sequence windows, the chunk policy and its EMA, evaluation, checkpoints, logs."""
 
-    eval_env = make_env(cfg.env, seed=cfg.seed + 1)
-    layout = ObsLayout.of_env(eval_env, cfg.env.max_step, cfg.env.control_hz)
-    store = prepare_demos(cfg, run_dir)
-    keys = ["state", *layout.cameras]
-    source = RamSource.from_store(store, [*keys, "action"])
-    data = SequenceDataset(source, pcfg.horizon, pcfg.n_obs_steps, keys, n_action_steps=pcfg.n_action_steps)
-    train_set, val_set = data.split(bc.val_fraction, cfg.seed) if len(store) >= 5 else (data, None)
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.run_dir, self.device, self.config_yaml = start_run(cfg)
+        self.eval_env = make_env(cfg.env, seed=cfg.seed + 1)
+        self.layout = ObsLayout.of_env(self.eval_env, cfg.env.max_step, cfg.env.control_hz)
+        self.store = prepare_demos(cfg, self.run_dir)
+        pcfg, lay = cfg.bc.policy, self.layout
+        keys = ["state", *lay.cameras]
+        source = RamSource.from_store(self.store, [*keys, "action"])
+        data = SequenceDataset(source, pcfg.horizon, pcfg.n_obs_steps, keys, n_action_steps=pcfg.n_action_steps)
+        self.train_set, self.val_set = (
+            data.split(cfg.bc.val_fraction, cfg.seed) if len(self.store) >= 5 else (data, None)
+        )
+        model = make_chunk_policy(pcfg, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size or 64)
+        model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]), lay.state)
+        self.model, self.state = model, BCState(model).to(self.device)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.bc.lr, weight_decay=cfg.bc.weight_decay)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step, wall_before = 0, 0.0
+        ckpt = latest_checkpoint(self.ckpt_root) if cfg.resume else None
+        if ckpt is not None:
+            counters = load_checkpoint(ckpt, self.state, {"bc": self.opt}, device=self.device)
+            self.step, wall_before = counters["updates"], counters["wall_clock_s"]
+            print(f"resumed {self.run_dir} from {ckpt.name}: {self.step} gradient steps")
+        self.writer = SummaryWriter(str(self.run_dir / "tb"))
+        self.eval_log = EvalLog(self.run_dir, self.step if ckpt is not None else None)
+        self._wall = wall_before - time.perf_counter()
 
-    model = make_chunk_policy(pcfg, layout.state_dim, layout.action_dim, layout.cameras, layout.image_size or 64)
-    model.encoder.set_state_normalization(torch.from_numpy(source.data["state"]), layout.state)
-    state = BCState(model).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=bc.lr, weight_decay=bc.weight_decay)
-    step, wall_before = 0, 0.0
-    ckpt_root = run_dir / "checkpoints"
-    ckpt = latest_checkpoint(ckpt_root) if cfg.resume else None
-    if ckpt is not None:
-        counters = load_checkpoint(ckpt, state, {"bc": opt}, device=device)
-        step, wall_before = counters["updates"], counters["wall_clock_s"]
-        print(f"resumed {run_dir} from {ckpt.name}: {step} gradient steps")
+    @property
+    def wall_clock_s(self) -> float:
+        return self._wall + time.perf_counter()
 
-    writer = SummaryWriter(str(run_dir / "tb"))
-    rng = np.random.default_rng(cfg.seed + step)
-    eval_log = EvalLog(run_dir, step if ckpt is not None else None)
-    start = time.perf_counter()
+    def checkpoint(self, name: str) -> None:
+        counters = {"env_steps": 0, "updates": self.step, "episodes": 0, "wall_clock_s": self.wall_clock_s}
+        save_checkpoint(self.ckpt_root, name, self.state, {"bc": self.opt}, counters, self.config_yaml,
+                        layouts={"env": self.layout, "policy": self.layout})  # fmt: skip
 
-    def wall() -> float:
-        return wall_before + time.perf_counter() - start
-
-    def checkpoint(name: str) -> None:
-        counters = {"env_steps": 0, "updates": step, "episodes": 0, "wall_clock_s": wall()}
-        layouts = {"env": layout, "policy": layout}
-        save_checkpoint(ckpt_root, name, state, {"bc": opt}, counters, config_yaml, layouts=layouts)
-
-    def run_eval(episodes: int) -> dict:
-        res = evaluate(eval_env, state.policy.eval(), episodes, seed=1_000_000 + 1000 * cfg.seed)
-        entry = {"env_steps": 0, "updates": step, **res.as_dict()}
-        if val_set is not None:
-            entry["val_loss"] = validation_loss(state.policy, val_set, device)
-            writer.add_scalar("eval/val_loss", entry["val_loss"], step)
-        writer.add_scalar("eval/success_rate", res.success_rate, step)
-        eval_log.add(entry)
+    def evaluate(self, episodes: int) -> dict:
+        res = evaluate(self.eval_env, self.state.policy.eval(), episodes, seed=1_000_000 + 1000 * self.cfg.seed)
+        entry = {"env_steps": 0, "updates": self.step, **res.as_dict()}
+        if self.val_set is not None:
+            entry["val_loss"] = validation_loss(self.state.policy, self.val_set, self.device)
+            self.writer.add_scalar("eval/val_loss", entry["val_loss"], self.step)
+        self.writer.add_scalar("eval/success_rate", res.success_rate, self.step)
+        self.eval_log.add(entry)
         return entry
 
-    bar = tqdm(total=bc.steps, initial=step, desc="bc", unit="step", mininterval=2.0)
-    model.train()
-    interrupted = False
+    def train(self) -> None:
+        """Gradient steps up to `bc.steps`, evaluating and checkpointing every `bc.eval_every`."""
+        bc, rng = self.cfg.bc, np.random.default_rng(self.cfg.seed + self.step)
+        bar = tqdm(total=bc.steps, initial=self.step, desc="bc", unit="step", mininterval=2.0)
+        self.model.train()
+        try:
+            while self.step < bc.steps:
+                windows = rng.integers(len(self.train_set), size=bc.batch_size)
+                loss, metrics = self.model.compute_loss(batch_of(self.train_set, windows, self.device))
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                self.state.update_ema(bc.ema_decay)
+                self.step += 1
+                bar.update(1)
+                if self.step % 100 == 0:
+                    for k, v in metrics.items():
+                        self.writer.add_scalar(f"train/{k}", v, self.step)
+                    bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+                if bc.eval_every and self.step % bc.eval_every == 0 and self.step < bc.steps:
+                    entry = self.evaluate(self.cfg.loop.eval_episodes)
+                    bar.write(f"step {self.step}: eval success {entry['success_rate']:.2f}")
+                    self.checkpoint(f"step_{self.step:08d}")
+        finally:
+            bar.close()
+
+    def finish(self, interrupted: bool) -> Path:
+        final = {} if interrupted else self.evaluate(self.cfg.loop.final_eval_episodes)
+        ckpt = f"step_{self.step:08d}" if interrupted else "final"
+        self.checkpoint(ckpt)
+        self.writer.close()
+        cfg = self.cfg
+        summary = {
+            "status": "interrupted" if interrupted else "finished",
+            "algo": f"bc_{cfg.bc.policy.kind}",
+            "task": cfg.env.task,
+            "obs": cfg.env.obs,
+            "seed": cfg.seed,
+            "final_success_rate": final.get("success_rate"),
+            "final_success_ci": final.get("success_ci"),
+            "final_val_loss": final.get("val_loss"),
+            "updates": self.step,
+            "wall_clock_s": round(self.wall_clock_s, 2),
+            "demo_episodes": len(self.store),
+            "device": str(self.device),
+            "run_dir": str(self.run_dir),
+            "checkpoint": str(self.ckpt_root / ckpt),
+        }
+        return write_summary(self.run_dir, summary, self.eval_log.entries)
+
+
+def train_bc(cfg: TrainConfig) -> Path:
+    """Trains (or resumes) a BC run; returns the path of its summary.json."""
+    run = BCRun(cfg)
     try:
-        while step < bc.steps:
-            loss, metrics = model.compute_loss(
-                batch_of(train_set, rng.integers(len(train_set), size=bc.batch_size), device)
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            state.update_ema(bc.ema_decay)
-            step += 1
-            bar.update(1)
-            if step % 100 == 0:
-                for k, v in metrics.items():
-                    writer.add_scalar(f"train/{k}", v, step)
-                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
-            if bc.eval_every and step % bc.eval_every == 0 and step < bc.steps:
-                entry = run_eval(cfg.loop.eval_episodes)
-                bar.write(f"step {step}: eval success {entry['success_rate']:.2f}")
-                checkpoint(f"step_{step:08d}")
+        run.train()
     except KeyboardInterrupt:  # Ctrl-C saves a resumable checkpoint and the summary, without a final evaluation
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        interrupted = True
-    bar.close()
-
-    final = {} if interrupted else run_eval(cfg.loop.final_eval_episodes)
-    ckpt = f"step_{step:08d}" if interrupted else "final"
-    checkpoint(ckpt)
-    writer.close()
-    summary = {
-        "status": "interrupted" if interrupted else "finished",
-        "algo": f"bc_{pcfg.kind}",
-        "task": cfg.env.task,
-        "obs": cfg.env.obs,
-        "seed": cfg.seed,
-        "final_success_rate": final.get("success_rate"),
-        "final_success_ci": final.get("success_ci"),
-        "final_val_loss": final.get("val_loss"),
-        "updates": step,
-        "wall_clock_s": round(wall(), 2),
-        "demo_episodes": len(store),
-        "device": str(device),
-        "run_dir": str(run_dir),
-        "checkpoint": str(ckpt_root / ckpt),
-        "evals": eval_log.entries,
-    }
-    path = run_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=1))
-    print_eval_table(eval_log.entries)
-    if interrupted:
-        print(f"interrupted at step {step}: saved {ckpt_root / ckpt} and {path}; "
-              f"continue with: robot-rl train resume={run_dir}", file=sys.stderr)  # fmt: skip
-    return path
+        return run.finish(interrupted=True)
+    return run.finish(interrupted=False)

@@ -7,8 +7,10 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -77,6 +79,32 @@ def prepare_demos(cfg: TrainConfig, run_dir: Path) -> EpisodeStore | None:
     return store
 
 
+@dataclass
+class RunState:
+    """Counters that survive a resume."""
+
+    env_steps: int = 0
+    sim_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    wall_clock_s: float = 0.0
+    best_eval_success: float = 0.0
+
+
+def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
+    """States visited by random actions: a normaliser for runs with no demos."""
+    states = []
+    env.action_space.seed(seed)
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + 500_000 + ep)
+        done = False
+        while not done:
+            states.append(obs["state"])
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            done = terminated or truncated
+    return np.stack(states)
+
+
 class EvalLog:
     """Evaluation entries, also appended to `run_dir/evals.jsonl` as they happen, so a resumed run's summary
     has the whole curve. Entries past the checkpoint a run resumes from are dropped: that stretch is redone."""
@@ -91,6 +119,26 @@ class EvalLog:
         self.entries.append(entry)
         with self.path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+def write_summary(run_dir: Path, summary: dict, evals: list[dict]) -> Path:
+    """summary.json (with the evaluation history), the evaluation table, and for an interrupted run how to go on."""
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps({**summary, "evals": evals}, indent=1))
+    print_eval_table(evals)
+    if summary["status"] == "interrupted":
+        print(f"interrupted at {summary['updates']} updates: saved {summary['checkpoint']} and {path}; continue with: "
+              f"robot-rl train resume={run_dir}", file=sys.stderr)  # fmt: skip
+    return path
+
+
+def reward_source(cfg: TrainConfig) -> str:
+    """Where a run's reward comes from: the sim's own check, a robot's success topic, or a classifier (whose
+    threshold and held-out rates are saved with it); on a robot success is judged by its topic."""
+    if cfg.reward.source == "classifier":
+        return "classifier" + (" + operator keys" if cfg.intervention.enabled and cfg.intervention.device
+                               and cfg.reward.keys else "")  # fmt: skip
+    return f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source
 
 
 def print_eval_table(evals: list[dict]) -> None:

@@ -7,15 +7,11 @@ nodes put a transport between exactly those two calls.
 from __future__ import annotations
 
 import copy
-import json
 import signal
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
@@ -34,34 +30,16 @@ from robot_rl.loop.checks import pick_state, state_fields
 from robot_rl.loop.classifier import run_classifier
 from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import Learner
-from robot_rl.loop.run import EvalLog, prepare_demos, print_eval_table, start_run
+from robot_rl.loop.run import (
+    EvalLog,
+    RunState,
+    prepare_demos,
+    probe_states,
+    reward_source,
+    start_run,
+    write_summary,
+)
 from robot_rl.types import ObsLayout
-
-
-@dataclass
-class RunState:
-    """Counters that survive a resume."""
-
-    env_steps: int = 0
-    sim_steps: int = 0
-    updates: int = 0
-    episodes: int = 0
-    wall_clock_s: float = 0.0
-    best_eval_success: float = 0.0
-
-
-def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
-    """States visited by random actions: a normaliser for runs with no demos."""
-    states = []
-    env.action_space.seed(seed)
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + 500_000 + ep)
-        done = False
-        while not done:
-            states.append(obs["state"])
-            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
-    return np.stack(states)
 
 
 class TrainingRun:
@@ -267,8 +245,6 @@ class TrainingRun:
             "robot": cfg.robot.name if cfg.robot is not None else None,
             # what evaluations (and, in one process, the actor) stepped; a robot learner node's actor steps a RobotEnv
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
-            # where reward came from: the sim's own check, a robot's success topic, or a classifier (whose
-            # threshold and held-out rates are saved with it); on a robot success is judged by its topic
             "reward_source": reward_source(cfg),
             "obs_layout": {
                 "state": self.layouts["env"].to_dict()["state"],
@@ -277,23 +253,9 @@ class TrainingRun:
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / ckpt),
-            "evals": self.eval_log.entries,
             **extra,
         }
-        path = self.run_dir / "summary.json"
-        path.write_text(json.dumps(summary, indent=1))
-        print_eval_table(self.eval_log.entries)
-        if interrupted:
-            print(f"interrupted at env step {step}: saved {self.ckpt_root / ckpt} and {path}; "
-                  f"continue with: robot-rl train resume={self.run_dir}", file=sys.stderr)  # fmt: skip
-        return path
-
-
-def reward_source(cfg: TrainConfig) -> str:
-    if cfg.reward.source == "classifier":
-        return "classifier" + (" + operator keys" if cfg.intervention.enabled and cfg.intervention.device
-                               and cfg.reward.keys else "")  # fmt: skip
-    return f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source
+        return write_summary(self.run_dir, summary, self.eval_log.entries)
 
 
 def train(cfg: TrainConfig) -> Path:
