@@ -15,7 +15,6 @@ _EXPORTS = {
     "RandomizationConfig": "config",
     "InterventionConfig": "config",
     "PandaEnv": "envs",
-    "make_env": "envs",
     "ExpertPolicy": "experts",
     "ScriptedExpert": "experts",
     "SimulatedHuman": "experts",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from robot_rl.envs import make_env
 from robot_rl.evaluation import rollout
 from robot_rl.sim import (
     EnvConfig,
@@ -13,7 +14,6 @@ from robot_rl.sim import (
     RandomizationConfig,
     ScriptedExpert,
     SimulatedHuman,
-    make_env,
 )
 
 TASKS = ("PickCube", "PegInsert")
