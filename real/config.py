@@ -81,9 +81,10 @@ class RobotConfig:
     gripper_max_width: float = 0.08  # the joints' sum when fully open
     gripper_closed: float = 0.0  # ... and when closed
     cameras: list[CameraConfig] = field(default_factory=list)
+    # The sim robot's camera frames, and `collect --backend robot`'s rate; a run (`env.image_size`, `env.control_hz`)
+    # and a checkpoint (its layout) say what the policy sees and how fast it acts.
     image_size: int = 64
-    control_hz: float = 10.0  # default deployment rate (a checkpoint's own rate wins)
-    max_step: float = 0.025  # metres per step at |action| = 1 (overridden by the checkpoint's env config)
+    control_hz: float = 10.0
     # Newest state/frames older than `staleness_s` at observation time are an error, as are streams whose
     # stamps differ by more than `align_tol_s`: a policy never sees a mix of old and new.
     staleness_s: float = 0.1

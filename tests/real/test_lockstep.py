@@ -55,6 +55,6 @@ def test_lockstep_robot_env_runs_faster_than_real_time_and_each_step_answers_its
     sign = np.where(np.arange(N) < N // 2, 1.0, -1.0)  # half steps: 12.5 cm out and back, inside the workspace
     # Each observation answers the command just sent: the TCP moved most of a half step (1.25 cm) in its direction
     # after every moving command, and barely after every hold command (a lagging observation fails both).
-    assert (sign[moving] * dx[moving] > 0.3 * robot.max_step).all(), dx.round(4).tolist()
-    assert (np.abs(dx[~moving]) < 0.1 * robot.max_step).all(), dx.round(4).tolist()
+    assert (sign[moving] * dx[moving] > 0.3 * env.max_step).all(), dx.round(4).tolist()
+    assert (np.abs(dx[~moving]) < 0.1 * env.max_step).all(), dx.round(4).tolist()
     assert (np.diff(stamps) > 0).all()

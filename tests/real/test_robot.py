@@ -135,7 +135,7 @@ def test_delay_compensation_advances_a_late_view_by_the_commands_it_cannot_show(
     still = env.step(np.array([0.0, 0.0, 0.0, -1.0]))[0]["state"]  # nothing commanded yet: the view as measured
     env.step(np.array([1.0, 0.0, 0.0, -1.0]))
     late = env.step(np.array([0.0, -1.0, 0.5, -1.0]))[0]["state"]  # > 3 periods old: all three past actions
-    step = 0.6 * robot_cfg.max_step
+    step = 0.6 * env.max_step
     np.testing.assert_allclose(late[lay["tcp_minus_cube_start"]] - still[lay["tcp_minus_cube_start"]],
                                [step, -step, 0.5 * step], atol=1e-6)  # fmt: skip
     np.testing.assert_allclose(late[lay["cube_minus_tcp"]] - still[lay["cube_minus_tcp"]],
