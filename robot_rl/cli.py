@@ -7,7 +7,9 @@ import dataclasses
 import difflib
 import importlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -338,9 +340,19 @@ def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
     raise UserError(f"{message} (see {parser.prog} --help)")
 
 
+def catch_sigint() -> None:
+    """Makes SIGINT raise KeyboardInterrupt even where it was inherited ignored: a shell starts a script's
+    background jobs (`robot-rl train ... &`, `./dev test &`) with SIGINT ignored, and Python then leaves it so,
+    which silently dropped Ctrl-C / `kill -INT` and the run went on training. Every command here stops on it (a
+    training run saves first)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one command. A `UserError` becomes one line on stderr and exit code 2 (a traceback with --debug);
     Ctrl-C that a command does not handle itself ends with exit code 130, also without a traceback."""
+    catch_sigint()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv[:1]
     argv = argv[1:] if debug else argv
