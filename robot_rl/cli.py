@@ -340,6 +340,16 @@ def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
     raise UserError(f"{message} (see {parser.prog} --help)")
 
 
+def _caused_by_ctrl_c(e: BaseException) -> bool:
+    """Whether `e` stands for a Ctrl-C: a C extension whose import is interrupted (pybind11's, e.g. mujoco) raises
+    `ImportError: initialization failed` from the KeyboardInterrupt."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__
+    return False
+
+
 def catch_sigint() -> None:
     """Makes SIGINT raise KeyboardInterrupt even where it was inherited ignored: a shell starts a script's
     background jobs (`robot-rl train ... &`, `./dev test &`) with SIGINT ignored, and Python then leaves it so,
@@ -368,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"robot-rl {argv[0]}: error: {e.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if debug:
+    except BaseException as e:  # Ctrl-C, as itself or as what a library turned it into
+        if debug or not _caused_by_ctrl_c(e):
             raise
         print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
         return 130

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from robot_rl.cli import main
 
 
@@ -102,6 +104,29 @@ def test_ctrl_c_during_start_up_ends_train_with_one_line(tmp_path: Path) -> None
     assert code == 130, err[-2000:]
     assert "Traceback" not in err and err.rstrip().endswith("robot-rl train: interrupted")
     assert not (run / "summary.json").exists() and not (run / "checkpoints").exists()
+
+
+def test_ctrl_c_that_a_library_wrapped_is_still_an_interrupt(monkeypatch, capsys) -> None:
+    """Ctrl-C while a C extension imports (mujoco, at start-up) surfaces as `ImportError: initialization failed`
+    raised from the KeyboardInterrupt: one line and 130, not a traceback and 1. Other errors stay errors."""
+    import robot_rl.cli as cli
+
+    def interrupted_import(args: list[str]) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    monkeypatch.setitem(cli.COMMANDS, "train", interrupted_import)
+    assert main(["train"]) == 130
+    assert capsys.readouterr().err == "robot-rl train: interrupted\n"
+
+    def failed_import(args: list[str]) -> int:
+        raise ImportError("no module named nosuch")
+
+    monkeypatch.setitem(cli.COMMANDS, "train", failed_import)
+    with pytest.raises(ImportError):
+        main(["train"])
 
 
 def test_sigint_inherited_ignored_is_caught_again(monkeypatch) -> None:
