@@ -135,7 +135,11 @@ def train_bc(cfg: TrainConfig) -> Path:
         interrupted = True
     bar.close()
 
-    final = {} if interrupted else run_eval(cfg.loop.final_eval_episodes)
+    try:
+        final = {} if interrupted else run_eval(cfg.loop.final_eval_episodes)
+    except KeyboardInterrupt:  # during the final evaluation: the run is saved all the same, as interrupted
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupted, final = True, {}
     ckpt = f"step_{step:08d}" if interrupted else "final"
     checkpoint(ckpt)
     writer.close()

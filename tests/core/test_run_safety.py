@@ -95,6 +95,20 @@ def test_ctrl_c_in_train_saves_a_checkpoint_and_the_summary(tmp_path: Path) -> N
     assert main(["report", str(run)]) == 2  # an interrupted run has no final evaluation to report
 
 
+def test_ctrl_c_during_the_final_evaluation_saves_the_run(tmp_path: Path) -> None:
+    """The step budget is spent and the final evaluation runs (minutes in a real run): Ctrl-C there skips it and
+    saves the run as interrupted, which `resume=` finishes. It used to exit 130 with nothing saved at all."""
+    run = tmp_path / "run"
+    train = _Train(run, "loop.env_steps=100", "loop.final_eval_episodes=500", "demos.n_episodes=2")
+    train.wait_for(r"train:.*\| *100/100")  # the bar's last line: the loop is over
+    code, err = train.interrupt()
+    assert code == 130, err[-2000:]
+    assert "Traceback" not in err and f"resume={run}" in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["env_steps"] == 100 and summary["final_success_rate"] is None
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_00000100"
+
+
 def test_ctrl_c_during_start_up_ends_train_with_one_line(tmp_path: Path) -> None:
     """SIGINT while the scripted demos are collected, before training: exit 130 with one line, nothing saved."""
     run = tmp_path / "run"
