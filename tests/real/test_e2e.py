@@ -130,9 +130,12 @@ def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(c
     t_hold = t_last + gap  # no later than the robot held: it received the last command after it was sent
     print(f"\nlast command -> hold on the robot: {1e3 * gap:.0f} ms (timeout {1e3 * timeout:.0f} ms)")
     assert t_last <= t_kill
-    # The hold comes once the command deadline has passed, and within one control period of it (the robot ticks
-    # at 100 Hz, so 10 ticks: what a loaded box must leave it).
-    assert timeout <= gap <= timeout + period
+    # The hold comes once the command deadline has passed, at the robot's first tick after it: within one control
+    # period (10 ticks at 100 Hz), unless the robot process did not run at all then (one run on a loaded box reported
+    # 3.014 s), which its poses show: none is stamped between that period's end and the hold.
+    assert gap >= timeout
+    late = [round(t - t_last, 3) for t, _ in tcp if t_last + timeout + period < t < t_hold]
+    assert gap <= timeout + period or not late, f"the robot ticked past the deadline without holding, at {late[:5]}"
     # Held means still: after settling, the TCP stays put (no drift towards the last target or anywhere else).
     after = np.array([p for t, p in tcp if t > t_hold + 0.3])
     assert len(after) > 10 and np.ptp(after, axis=0).max() < 0.003
