@@ -411,6 +411,8 @@ class RobotEnv(gym.Env):
         else:
             self.rate.sleep()
             self._poll()
+        if (reason := self.safety.latched) is not None and reason.startswith("estop"):
+            raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
         obs = self._observe()
         self._t += 1
         success = self._success()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -247,9 +249,29 @@ def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
     raise UserError(f"{message} (see {parser.prog} --help)")
 
 
+def _caused_by_ctrl_c(e: BaseException) -> bool:
+    """Whether `e` stands for a Ctrl-C: a C extension whose import is interrupted (pybind11's, e.g. mujoco) raises
+    `ImportError: initialization failed` from the KeyboardInterrupt."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__
+    return False
+
+
+def catch_sigint() -> None:
+    """Makes SIGINT raise KeyboardInterrupt even where it was inherited ignored: a shell starts a script's
+    background jobs (`robot-rl train ... &`, `./dev test &`) with SIGINT ignored, and Python then leaves it so,
+    which silently dropped Ctrl-C / `kill -INT` and the run went on training. Every command here stops on it (a
+    training run saves first)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one command. A `UserError` becomes one line on stderr and exit code 2 (a traceback with --debug);
     Ctrl-C that a command does not handle itself ends with exit code 130, also without a traceback."""
+    catch_sigint()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv[:1]
     argv = argv[1:] if debug else argv
@@ -265,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"robot-rl {argv[0]}: error: {e.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if debug:
+    except BaseException as e:  # Ctrl-C, as itself or as what a library turned it into
+        if debug or not _caused_by_ctrl_c(e):
             raise
         print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
         return 130

@@ -164,7 +164,7 @@ def train_bc(cfg: TrainConfig) -> Path:
     run = BCRun(cfg)
     try:
         run.train()
-    except KeyboardInterrupt:  # Ctrl-C saves a resumable checkpoint and the summary, without a final evaluation
+        return run.finish(interrupted=False)
+    except KeyboardInterrupt:  # in training or the final evaluation: a resumable checkpoint and the summary
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(interrupted=True)
-    return run.finish(interrupted=False)

@@ -292,4 +292,8 @@ def train(cfg: TrainConfig) -> Path:
     finally:
         if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
             human.close()
-    return run.finish(actor.stats)
+    try:
+        return run.finish(actor.stats)
+    except KeyboardInterrupt:  # during the final evaluation: the run is saved all the same, as interrupted
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return run.finish(actor.stats, interrupted=True)

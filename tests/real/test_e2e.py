@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -85,6 +86,11 @@ def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int
 
 
 def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(checkpoint: Path, domain: int) -> None:
+    """Timing from the robot's side: the sim robot's watchdog reports the gap it measured between the last command
+    it received and the tick that held, and poses carry the robot's stamps. When this process receives them is
+    not asserted on: on a loaded box the hold reached it 330-820 ms after the last command, while the robot had
+    held after 210 ms (a full garbage collection stalled the robot's publishing, then this process's own
+    scheduling)."""
     timeout, period = 0.2, 0.1  # robot-side command watchdog (2 periods: loaded CI boxes jitter); 10 Hz policy
     sim = spawn("sim-robot", "--domain", str(domain), "--command-timeout", str(timeout))
     tx = spy_transport(domain)
@@ -94,38 +100,44 @@ def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(c
     poses = tx.subscription(cfg.ee_pose_topic, msgs.POSE, SENSOR_QOS)  # best effort, like the sim robot's writer
     dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", "50", "--quiet",
                 "reset_timeout_s=60")  # fmt: skip
-    cmd_times: list[float] = []
-    tcp: list[tuple[float, np.ndarray]] = []
-    holds: list[float] = []
+    cmd_stamps: list[float] = []
+    tcp: list[tuple[float, np.ndarray]] = []  # (robot stamp, TCP)
+    holds: list[str] = []
 
     def collect() -> None:
-        now = time.monotonic()
-        cmd_times.extend(now for _ in cmds.take())
-        tcp.extend((now, msgs.pose_of(m)[0]) for m in poses.take())
-        holds.extend(now for m in status.take() if m.data.startswith("hold: no_action"))
+        cmd_stamps.extend(msgs.stamp_of(m) for m in cmds.take())
+        tcp.extend((msgs.stamp_of(m), msgs.pose_of(m)[0]) for m in poses.take())
+        holds.extend(m.data for m in status.take() if m.data.startswith("hold:"))
 
     def moving() -> bool:
         collect()
         recent = [p for t, p in tcp if t > tcp[-1][0] - 0.05] if tcp else []
-        return len(cmd_times) >= 3 and len(recent) >= 2 and np.linalg.norm(recent[-1] - recent[0]) > 0.05 * 0.05
+        return len(cmd_stamps) >= 3 and len(recent) >= 2 and np.linalg.norm(recent[-1] - recent[0]) > 0.05 * 0.05
 
     try:
         wait_until(moving, 60, "the deployed policy to move the arm")
+        assert not holds, f"the robot held while the policy was still running: {holds}"
         dep.send_signal(signal.SIGKILL)
-        t_kill = time.monotonic()
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:
-            collect()
-            time.sleep(0.002)
+        t_kill = time.time()
+        wait_until(lambda: collect() or holds, 30, "the sim robot's hold")
+        end = max(t for t, _ in tcp) + 1.0  # a second of the robot's poses after it held
+        wait_until(lambda: collect() or max(t for t, _ in tcp) > end, 30, "the robot's poses after the hold")
     finally:
         stop(dep, sim)
         tx.close()
-    assert holds, "the sim robot never reported holding after the policy process died"
-    t_last, t_hold = cmd_times[-1], holds[0]
-    print(f"\nlast command -> hold: {1e3 * (t_hold - t_last):.0f} ms (timeout {1e3 * timeout:.0f} ms)")
-    assert t_hold > t_kill, "the robot held while the policy was still running"
-    # The hold comes once the command deadline has passed, and within one control period of it.
-    assert timeout - 0.02 <= t_hold - t_last <= timeout + period
+    hold = re.fullmatch(r"hold: no_action: ([\d.]+)s > ([\d.]+)s", holds[0])
+    assert hold and float(hold[2]) == timeout, holds[0]
+    gap = float(hold[1])  # the robot's clock: last command received -> the tick that held
+    t_last = cmd_stamps[-1]  # sent by deploy before it died (the host's clock, as the robot's stamps)
+    t_hold = t_last + gap  # no later than the robot held: it received the last command after it was sent
+    print(f"\nlast command -> hold on the robot: {1e3 * gap:.0f} ms (timeout {1e3 * timeout:.0f} ms)")
+    assert t_last <= t_kill
+    # The hold comes once the command deadline has passed, at the robot's first tick after it: within one control
+    # period (10 ticks at 100 Hz), unless the robot process did not run at all then (one run on a loaded box reported
+    # 3.014 s), which its poses show: none is stamped between that period's end and the hold.
+    assert gap >= timeout
+    late = [round(t - t_last, 3) for t, _ in tcp if t_last + timeout + period < t < t_hold]
+    assert gap <= timeout + period or not late, f"the robot ticked past the deadline without holding, at {late[:5]}"
     # Held means still: after settling, the TCP stays put (no drift towards the last target or anywhere else).
     after = np.array([p for t, p in tcp if t > t_hold + 0.3])
     assert len(after) > 10 and np.ptp(after, axis=0).max() < 0.003

@@ -203,6 +203,28 @@ def test_estop_topic_latches_both_sides_until_released_and_reset(robot_cfg, serv
     tx.close()
 
 
+def test_an_estop_heard_during_the_step_outranks_the_staleness_of_the_state(robot_cfg, served) -> None:
+    """The robot stalls and its e-stop arrives while the step waits for the next observation: the step stops on
+    the e-stop (deploy exits "stopped by SafetyStop"), not on state older than `staleness_s`, which it also is."""
+    tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
+    estop = tx.publisher(robot_cfg.estop_topic, msgs.BOOL)
+    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env.reset(seed=3)
+    env.step(np.zeros(4))
+
+    def stall_then_estop() -> None:
+        served.paused.set()  # no state from here on
+        time.sleep(2 * robot_cfg.staleness_s)
+        estop.publish(msgs.scalar(msgs.BOOL, True))
+
+    env.rate.sleep = stall_then_estop
+    with pytest.raises(SafetyStop, match="estop"):
+        env.step(np.zeros(4))
+    served.paused.clear()
+    env.close()
+    tx.close()
+
+
 def test_camera_frames_reach_the_observation(robot_cfg) -> None:
     s = Served(robot_cfg, cameras=("front",), camera_hz=30.0, image_size=32)
     try:
