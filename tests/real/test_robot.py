@@ -208,7 +208,7 @@ def test_an_estop_heard_during_the_step_outranks_the_staleness_of_the_state(robo
     the e-stop (deploy exits "stopped by SafetyStop"), not on state older than `staleness_s`, which it also is."""
     tx = make_transport(TransportConfig(backend="inproc", domain_id=robot_cfg.domain_id))
     estop = tx.publisher(robot_cfg.estop_topic, msgs.BOOL)
-    env = RobotEnv(robot_cfg, layout(), hz=20.0)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
     env.reset(seed=3)
     env.step(np.zeros(4))
 
