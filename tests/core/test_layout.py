@@ -32,6 +32,13 @@ from robot_rl.checkpoint import checkpoint_layouts, load_policy, resolve_checkpo
 from robot_rl.loop.adapters import env_policy
 out = []
 for path in sys.argv[1:]:
+    if path.startswith("vla:"):  # a VLA folder (vla-sft's or a pi0 save), as residual / DSRL load their base
+        from robot_rl.loop.adapters import load_base
+        vla = load_base(path[4:])
+        obs = {"state": np.zeros(7, np.float32), **{c: np.zeros((32, 32, 3), np.uint8) for c in ("front", "wrist")}}
+        action = np.asarray(vla.select_action(obs, deterministic=True))
+        out.append(["vla", action.shape[0], bool(np.isfinite(action).all())])
+        continue
     path = resolve_checkpoint(path)
     agent, cfg = load_policy(path)
     lay = checkpoint_layouts(path, cfg)
@@ -65,6 +72,13 @@ def robot_checkpoint(root: Path) -> Path:
     return save_checkpoint(root, "final", algo, {}, {"env_steps": 0}, yaml, layouts={"env": lay, "policy": lay})
 
 
+def vla_checkpoint(root: Path) -> Path:
+    """A random-init tiny pi0 saved as `robot-rl vla-sft` saves its base (the vla extra)."""
+    vla = pytest.importorskip("robot_rl.policies.vla")
+    cfg = vla.VLAConfig(cameras=("front", "wrist"), state_dim=7, action_dim=4, n_action_steps=4, max_text_len=32)
+    return vla.PI0Policy.from_config(vla.tiny_pi0_config(chunk_size=8), cfg, seed=0).save_pretrained(root)
+
+
 @pytest.mark.slow
 def test_every_checkpoint_kind_loads_and_acts_without_mujoco(tmp_path: Path, pickcube_run: Path) -> None:
     bc = run(["algo=bc_diffusion", "bc.steps=2", "demos.n_episodes=2"], tmp_path / "bc")
@@ -74,6 +88,7 @@ def test_every_checkpoint_kind_loads_and_acts_without_mujoco(tmp_path: Path, pic
                    tmp_path / "residual")  # fmt: skip
     dsrl = run(["algo=dsrl", f"dsrl.base={bc}", "loop.env_steps=3", "loop.learning_starts=1"], tmp_path / "dsrl")
     robot = robot_checkpoint(tmp_path / "robot")
+    vla = vla_checkpoint(tmp_path / "vla")
     kinds = [pickcube_run, pixels, bc, residual, dsrl, robot]
     for ckpt in kinds:
         saved = json.loads(
@@ -83,13 +98,13 @@ def test_every_checkpoint_kind_loads_and_acts_without_mujoco(tmp_path: Path, pic
         )
         assert set(saved) == {"env", "policy"}
         ObsLayout.from_dict(saved["policy"])
-    done = subprocess.run([sys.executable, "-c", NO_MUJOCO, *map(str, kinds)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    argv = [sys.executable, "-c", NO_MUJOCO, *map(str, kinds), f"vla:{vla}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     acted = json.loads(done.stdout.splitlines()[-1])
-    assert [a[0] for a in acted] == ["sac", "sac", "bc", "residual", "dsrl", "sac-robot"]
+    assert [a[0] for a in acted] == ["sac", "sac", "bc", "residual", "dsrl", "sac-robot", "vla"]
     assert all(finite for _, _, finite in acted)
-    assert [a[1] for a in acted] == [4, 4, 4, 4, acted[4][1], 4] and acted[4][1] > 4  # DSRL: a whole chunk's noise
+    assert [a[1] for a in acted] == [4, 4, 4, 4, acted[4][1], 4, 4] and acted[4][1] > 4  # DSRL: a chunk's noise
 
 
 def test_a_missing_mujoco_fails_the_check() -> None:
