@@ -24,12 +24,12 @@ def _rate(fn: object, reps: int) -> float:
 
 @functools.cache
 def bf16_is_fast(device_type: str = "cpu") -> bool:
-    """Whether bfloat16 matmuls beat fp32 here by enough to autocast the learner (>= 1.5x at a critic's shape).
+    """Whether bfloat16 beats fp32 here by enough to autocast the learner (>= 1.5x).
 
-    CPUs without native bf16 emulate it and run it slower than fp32, so this is timed, not looked up.
-    """
+    CPUs without native bf16 emulate it and run it slower than fp32; a GPU running a critic-sized network is
+    bound by kernel launches, where autocast's casts only add work. So this is timed, not looked up."""
     if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported() and _cuda_bf16_speedup() >= 1.5
     if device_type != "cpu":
         return False
     threads = torch.get_num_threads()
@@ -46,20 +46,33 @@ def bf16_is_fast(device_type: str = "cpu") -> bool:
         torch.set_num_threads(threads)
 
 
-def _learner_like_step(width: int = 256, batch: int = 512) -> object:
-    """Forward + backward of a LayerNorm MLP at a critic's size: the learner's mix of GEMMs and memory-bound ops."""
+def _cuda_bf16_speedup() -> float:
+    """bf16 / fp32 rate of a learner-shaped step on the GPU (batch 512), interleaved rounds, medians."""
+    steps = {bf16: _learner_like_step("cuda", bf16) for bf16 in (False, True)}
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(3):
+        for bf16, step in steps.items():
+            rates[bf16].append(_rate(step, 30))
+    return statistics.median(rates[True]) / statistics.median(rates[False])
+
+
+def _learner_like_step(device: str = "cpu", bf16: bool | None = None, width: int = 256, batch: int = 512) -> object:
+    """Forward + backward of a LayerNorm MLP at a critic's size: the learner's mix of GEMMs and memory-bound ops,
+    in bf16 where the learner will run it (`None`: as `bf16_is_fast` says for the CPU). Waits for a GPU."""
     net = nn.Sequential(
         nn.Linear(20, width), nn.LayerNorm(width), nn.ReLU(), nn.Linear(width, width), nn.LayerNorm(width), nn.ReLU(),
         nn.Linear(width, 1),
-    )  # fmt: skip
-    x = torch.randn(batch, 20)
-    bf16 = bf16_is_fast("cpu")  # time what the learner will run
+    ).to(device)  # fmt: skip
+    x = torch.randn(batch, 20, device=device)
+    enabled = bf16_is_fast("cpu") if bf16 is None else bf16
 
     def step() -> None:
         net.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=enabled):
             y = net(x)
         y.float().sum().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     return step
 

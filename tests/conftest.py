@@ -11,6 +11,18 @@ import pytest
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run where CUDA is usable and are skipped, with the reason, elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs CUDA (torch {torch.__version__}: no usable GPU)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One short PickCube training run (~40 s on 2 cores) shared by the learning test and the deployment

@@ -122,18 +122,21 @@ class SAC(nn.Module):
         enabled = self.cfg.bf16 == "on" or (self.cfg.bf16 == "auto" and bf16_is_fast(device))
         return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
 
-    def update(self, batches: list[Batch]) -> dict[str, float]:
-        """One critic step per batch, then one actor and temperature step on the last batch's features."""
+    def update(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
+        """One critic step per batch, then one actor and temperature step on the last batch's features.
+
+        Stats come back as 0-d tensors on the learner's device: reading one waits for the device, and they are
+        read every `log_every` env steps, not every update (`read_stats`)."""
         for batch in batches:
             critic_loss, feat, q = self._critic_step(batch)
         actor_loss, temp_loss, entropy = self._actor_step(feat.detach().float())
         return {
-            "critic_loss": critic_loss.item(),
-            "q_mean": q.mean().item(),
-            "actor_loss": actor_loss.item(),
-            "temperature": self.alpha.item(),
-            "temp_loss": temp_loss.item(),
-            "entropy": entropy.item(),
+            "critic_loss": critic_loss,
+            "q_mean": q.mean(),
+            "actor_loss": actor_loss,
+            "temperature": self.alpha.detach(),
+            "temp_loss": temp_loss,
+            "entropy": entropy,
         }
 
     def _critic_step(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

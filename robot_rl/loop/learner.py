@@ -19,20 +19,18 @@ class Learner:
         algo: SAC,
         demo: ReplayBuffer,
         online: ReplayBuffer,
-        device: torch.device,
         learning_starts: int = 0,
     ) -> None:
         self.algo = algo
         self.demo, self.online = demo, online
         self.sampler = MixedSampler(demo, online, algo.cfg.batch_size, algo.cfg.demo_ratio)
-        self.device = device
         self.learning_starts = learning_starts
         self.env_steps = 0  # transitions, i.e. agent steps
         self.sim_steps = 0  # env steps behind them: more than env_steps when an agent step is an action chunk
         self.updates = 0  # SAC.update calls; each holds `utd` critic steps
         self._last_intervened = False
         self._last_stream = ""
-        self.last_stats: dict[str, float] = {}
+        self._stats: dict[str, torch.Tensor] = {}
 
     def add(self, t: Transition, stream: str = "") -> None:
         """`stream` names the actor: transitions of one stream arrive in order, streams interleave."""
@@ -54,16 +52,31 @@ class Learner:
         """Rate limit: one update call (utd critic steps) per env step past `learning_starts`."""
         return max(0, self.env_steps - self.learning_starts) - self.updates
 
-    def update(self) -> dict[str, float]:
-        batches = [self.sampler.sample().to(self.device) for _ in range(self.algo.cfg.utd)]
-        self.last_stats = self.algo.update(batches)
+    def update(self) -> None:
+        """`utd` critic steps and one actor step; nothing here waits for the device (batches are sampled on it,
+        stats stay there until `last_stats` reads them)."""
+        self._stats = self.algo.update([self.sampler.sample() for _ in range(self.algo.cfg.utd)])
         self.updates += 1
-        return self.last_stats
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The last update's stats, read from the device now (one copy for all of them)."""
+        if not self._stats:
+            return {}
+        values = torch.stack([v.float() for v in self._stats.values()]).tolist()
+        return dict(zip(self._stats, values, strict=True))
 
     def train_to_rate_limit(self) -> None:
         while self.updates_due > 0:
             self.update()
 
     def policy_weights(self) -> dict[str, torch.Tensor]:
-        """CPU copy of what actors run; the learner may live on a GPU."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.algo.policy.state_dict().items()}
+        """CPU copy of what actors run; the learner may live on a GPU. One device-to-host copy for all tensors
+        (one per tensor was ~20 blocking copies an env step)."""
+        state = self.algo.policy.state_dict()
+        flat = torch.cat([v.detach().reshape(-1).float() for v in state.values()]).to("cpu")
+        out, i = {}, 0
+        for k, v in state.items():
+            out[k] = flat[i : i + v.numel()].view(v.shape).to(v.dtype, copy=True)  # own storage: safetensors
+            i += v.numel()
+        return out

@@ -61,9 +61,9 @@ class TrainingRun:
         if cfg.reward.source == "classifier":
             self.classifier = run_classifier(cfg, self.run_dir, self.layouts["env"])
         demo_buf = self._demo_buffer()
-        online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1)
+        online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1, device=self.device)
         self.algo = self._make_algo(demo_buf, online_buf)
-        self.learner = Learner(self.algo, demo_buf, online_buf, self.device, cfg.loop.learning_starts)
+        self.learner = Learner(self.algo, demo_buf, online_buf, cfg.loop.learning_starts)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
         self.ckpt_root = self.run_dir / "checkpoints"
         resumed = self._resume()
@@ -84,7 +84,7 @@ class TrainingRun:
     def _demo_buffer(self) -> ReplayBuffer:
         """The demos as transitions, in the run's terms: the stored state fields the run observes, rewards from the
         classifier on a robot (no sim reward there), residual actions along the base (the base is re-run)."""
-        cfg, buf = self.cfg, ReplayBuffer(self.cfg.loop.buffer_capacity, seed=self.cfg.seed)
+        cfg, buf = self.cfg, ReplayBuffer(self.cfg.loop.buffer_capacity, seed=self.cfg.seed, device=self.device)
         self.store = prepare_demos(cfg, self.run_dir) if cfg.algo != "dsrl" else None
         keys = ["state", *self.layouts["env"].cameras]  # a residual agent may hide cameras its base reads
         where = f"demos.path={cfg.demos.path}"
@@ -108,19 +108,20 @@ class TrainingRun:
         cfg, lay = self.cfg, self.layouts["policy"]
         algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
         if len(demo_buf):
-            states = demo_buf.obs["state"][demo_buf.valid]
+            states = demo_buf.valid_states()
         elif cfg.robot is not None:
             from robot_rl.real.robot import envelope_states
 
-            states = envelope_states(cfg.robot, cfg.seed)
+            states = torch.from_numpy(envelope_states(cfg.robot, cfg.seed))
         else:
-            states = probe_states(self.eval_env, cfg.seed)
-        algo.policy.encoder.set_state_normalization(torch.from_numpy(states), lay.state)
+            states = torch.from_numpy(probe_states(self.eval_env, cfg.seed))
+        algo.policy.encoder.set_state_normalization(states, lay.state)
+        algo.to(self.device)  # before pretraining and embedding: both run where the learner runs
         if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
             algo.pretrain_trunk(demo_buf)
             for buf in (demo_buf, online_buf):
                 buf.set_frame_fn(algo.policy.encoder.embed_frames)
-        return algo.to(self.device)
+        return algo
 
     def _resume(self) -> bool:
         """Restores the latest checkpoint of a resumed run (weights, optimisers, buffers, counters)."""

@@ -76,10 +76,12 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n, 1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The affine in the activation's dtype: under bf16 autocast fp32 parameters would promote every
-        # activation back to fp32, and the next matmul would cast it down again.
-        y = torch.nn.functional.layer_norm(x, x.shape[-1:])
-        return torch.addcmul(self.bias.to(y.dtype), y, self.weight.to(y.dtype))
+        # In the activation's dtype (the kernel keeps its statistics in fp32): CUDA autocast would run the norm in
+        # fp32, and fp32 affine parameters would promote every activation back to fp32; either way the next
+        # matmul would cast it down again.
+        with torch.autocast(x.device.type, enabled=False):
+            y = torch.nn.functional.layer_norm(x, x.shape[-1:])
+            return torch.addcmul(self.bias.to(y.dtype), y, self.weight.to(y.dtype))
 
 
 class EnsembleMLP(nn.Module):

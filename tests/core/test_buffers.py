@@ -102,7 +102,7 @@ def test_frame_fn_maps_stored_and_new_frames_once() -> None:
 
     def to_feature(obs: dict) -> dict:
         calls.append(len(obs["cam"]) if obs["cam"].ndim == 4 else 1)
-        return {**obs, "cam": obs["cam"][..., 0, 0, :1].astype(np.float16)}
+        return {**obs, "cam": obs["cam"][..., 0, 0, :1].to(torch.float16)}
 
     buf.set_frame_fn(to_feature)
     for t in episode(100, 6):

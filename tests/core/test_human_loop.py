@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import load_config
@@ -66,7 +65,7 @@ def test_takeover_steps_are_the_devices_actions_and_land_in_both_buffers() -> No
     np.testing.assert_array_equal(steps[5].action, [0, 0, 0, 0])
     assert len(steps) == 12 and steps[-1].truncated and sum(t.reward for t in steps) == 0.0  # keys off: ignored
     algo = SimpleNamespace(cfg=SimpleNamespace(batch_size=4, demo_ratio=0.5))  # `add` needs no update
-    learner = Learner(algo, ReplayBuffer(64), ReplayBuffer(64), torch.device("cpu"))
+    learner = Learner(algo, ReplayBuffer(64), ReplayBuffer(64))
     for t in steps:
         learner.add(t)
     assert learner.online.n_added == 12 and learner.demo.n_added == 3

@@ -96,7 +96,7 @@ def test_dsrl_steers_a_diffusion_policy_to_the_rewarded_mode() -> None:
     before = evaluate(env, _NoiseOf(base, env), 60).success_rate  # the base's own sampling: random noise
     evaluated = env.sim_steps
     sac = SAC(SACConfig(hidden=(64, 64), utd=4, demo_ratio=0.0), 3, env.action_space.shape[0])
-    learner = Learner(sac, ReplayBuffer(4000, seed=0), ReplayBuffer(4000, seed=1), torch.device("cpu"), 50)
+    learner = Learner(sac, ReplayBuffer(4000, seed=0), ReplayBuffer(4000, seed=1), 50)
     actor = Actor(env, copy.deepcopy(sac.policy), seed=0)
     for _ in range(400):
         learner.add(actor.step())
