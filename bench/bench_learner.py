@@ -1,5 +1,6 @@
 """Learner update rate at batch 256 against LeRobot 0.4.4's SAC measured in the same run, at each stack's default
-sizes and at sizes matched to the other's work; achieved GFLOP/s next to a plain batched matmul; threads; GPU.
+sizes and at sizes matched to the other's work; achieved GFLOP/s next to a plain batched matmul; threads. GPU
+rows come from `bench/gpu_check.sh` (one prepared call on a GPU box).
 
 The peer runs in the LeRobot reference environment (`/work/shared/recipes/lerobot-reference-env.sh DIR`, found at
 `$LEROBOT_REF` or /work/lerobot-ref) as a subprocess serving `lerobot_sac_peer.py`; where that environment is
@@ -260,33 +261,6 @@ def thread_rows(quick: bool) -> list[dict]:
     return rows
 
 
-def gpu_rows(quick: bool) -> list[dict]:
-    if not torch.cuda.is_available():
-        return [{"bench": "GPU rows (state and 2x128 px, batch 256 and 1024)", "updates_per_s": "not measured: no GPU"}]
-    rows = []
-    for cams, size, name in (((), 0, "state"), (CAMERAS, 128, "2x128 px")):
-        for batch_size in (256, 1024):
-            for bf16 in ("off", "on"):
-                cfg = SACConfig(bf16=bf16)
-                sac = SAC(cfg, PROPRIO_DIM if cams else STATE_DIM, ACT_DIM, cameras=cams, image_size=size or 64)
-                sac = sac.cuda()
-                batch = make_batch(cams, size, batch_size, "cuda")
-                torch.cuda.reset_peak_memory_stats()
-
-                def run(sac: SAC = sac, batch: Batch = batch) -> None:
-                    sac.update([batch])  # .item() in update synchronises
-
-                wall, _ = rates(run, 20 if quick else 200, warmup=5)
-                rows.append(
-                    {
-                        "bench": f"GPU {torch.cuda.get_device_name()}, {name}, batch {batch_size}, bf16 {bf16}",
-                        "updates_per_s": wall,
-                        "peak_mem_MiB": torch.cuda.max_memory_allocated() / 2**20,
-                    }
-                )
-    return rows
-
-
 def inference_rows(quick: bool) -> list[dict]:
     rows = []
     torch.set_num_threads(1)
@@ -339,7 +313,6 @@ def main(quick: bool = False) -> list[dict]:
             peer.close()
     rows += timed("critic efficiency", lambda: critic_efficiency(384, quick))
     rows += timed("threads", lambda: thread_rows(quick))
-    rows += gpu_rows(quick)
     rows += inference_rows(quick)
     torch.set_num_threads(threads_before)
     return rows

@@ -71,12 +71,14 @@ class Learner:
             self.update()
 
     def policy_weights(self) -> dict[str, torch.Tensor]:
-        """CPU copy of what actors run; the learner may live on a GPU. One device-to-host copy for all tensors
-        (one per tensor was ~20 blocking copies an env step)."""
-        state = self.algo.policy.state_dict()
-        flat = torch.cat([v.detach().reshape(-1).float() for v in state.values()]).to("cpu")
+        """Host copy of what actors run, each tensor its own storage (safetensors refuses shared ones). From a GPU
+        one device-to-host copy for all tensors (one per tensor was ~20 blocking copies an env step)."""
+        state = {k: v.detach() for k, v in self.algo.policy.state_dict().items()}
+        if next(iter(state.values())).device.type == "cpu":
+            return {k: v.clone() for k, v in state.items()}
+        flat = torch.cat([v.reshape(-1).float() for v in state.values()]).cpu()
         out, i = {}, 0
         for k, v in state.items():
-            out[k] = flat[i : i + v.numel()].view(v.shape).to(v.dtype, copy=True)  # own storage: safetensors
+            out[k] = flat[i : i + v.numel()].view(v.shape).to(v.dtype, copy=True)
             i += v.numel()
         return out

@@ -74,13 +74,14 @@ def test_an_update_reads_nothing_back_from_the_device(cameras: tuple[str, ...]) 
     assert all(np.isfinite(v) for v in stats.values())
 
 
-def test_policy_weights_are_separate_host_tensors_equal_to_the_learners() -> None:
-    """One copy for all tensors, then each its own storage (safetensors refuses shared ones)."""
-    learner = filled_learner(n=10)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_policy_weights_are_separate_host_tensors_equal_to_the_learners(device: str) -> None:
+    """From a GPU one copy for all tensors, then each its own storage (safetensors refuses shared ones)."""
+    learner = filled_learner(device, n=10)
     w = learner.policy_weights()
     ref = learner.algo.policy.state_dict()
     assert w.keys() == ref.keys()
-    assert all(torch.equal(w[k], ref[k].cpu()) and w[k].dtype == ref[k].dtype for k in w)
+    assert all(w[k].device.type == "cpu" and torch.equal(w[k], ref[k].cpu()) and w[k].dtype == ref[k].dtype for k in w)
     assert len({v.untyped_storage().data_ptr() for v in w.values()}) == len(w)
 
 
