@@ -58,7 +58,12 @@ class ReplayBuffer:
                 store[k] = torch.zeros((self.capacity, *v.shape), dtype=v.dtype, device=self.storage)
 
     def _tensors(self, values: Mapping[str, object]) -> TorchObs:
-        return {k: torch.as_tensor(np.asarray(v)).to(self.storage) for k, v in values.items()}
+        """Host values -> tensors where the storage is. To a GPU through page-locked memory: the copy then queues
+        behind the learner's kernels; from pageable memory CUDA may wait for every update queued before it."""
+        out = {k: torch.as_tensor(np.asarray(v)) for k, v in values.items()}
+        if self.storage.type == "cuda":
+            out = {k: v.pin_memory().to(self.storage, non_blocking=True) for k, v in out.items()}
+        return out
 
     def _write_frame(self, slot: int, frame: TorchObs) -> None:
         # Overwriting a frame breaks the transition that used it as next obs, and the one starting there.
@@ -153,7 +158,7 @@ class ReplayBuffer:
     def sample(self, n: int) -> Batch:
         """A batch on `device`. `index_select` gathers as fast as numpy's fancy indexing on a CPU (plain tensor
         indexing is ~20x slower on images)."""
-        idx = torch.from_numpy(self.sample_indices(n)).to(self.storage, non_blocking=True)
+        idx = self._tensors({"idx": self.sample_indices(n)})["idx"]
         nxt = (idx + 1) % self.capacity
         pinned = self.storage.type == "cpu" and self.device.type == "cuda"
 
