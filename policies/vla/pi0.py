@@ -21,6 +21,7 @@ State and actions are normalised with mean/std buffers that travel in every chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -255,9 +256,12 @@ class PI0Policy(nn.Module):
 
     def _low_precision(self) -> Any:
         """Autocast to the weights' dtype when they are bf16/fp16: peft keeps LoRA adapters in fp32, so without
-        it fp32 adapter outputs meet bf16 base layers. A no-op for fp32 weights (training autocasts itself)."""
+        it fp32 adapter outputs meet bf16 base layers. Nothing for fp32 weights: an `autocast(enabled=False)`
+        here would switch off the caller's autocast (vla-sft's bf16 on CUDA) and run every matmul in fp32."""
         dtype = self.model.dtype
-        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype in (torch.bfloat16, torch.float16))
+        if dtype not in (torch.bfloat16, torch.float16):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
 
     def _unnormalize(self, padded: torch.Tensor) -> torch.Tensor:
         a = padded[..., : self.cfg.action_dim].float() * self.action_std + self.action_mean
