@@ -1,13 +1,15 @@
 """pi0 VLA: LoRA SFT step time, peak memory and inference latency per chunk.
 
 CPU: the tiny config (what the tests and the CPU example train). GPU (when CUDA is present): the full-size pi0
-architecture (PaliGemma 3B + Gemma 300M expert, 2 cameras at 224 px, chunk 50) with random weights, base in
-bf16 and LoRA adapters in fp32 under bf16 autocast, at batch 8 and 32. Synthetic inputs: the model's cost does
-not depend on what the pixels show.
+architecture (PaliGemma 3B + Gemma 300M expert, 2 cameras at 224 px, chunk 50) with random weights and LoRA
+adapters in fp32 under bf16 autocast: first with fp32 base weights at batch 8 (`fp32w`: what `robot-rl vla-sft`
+runs, its optimizer's master weights stay fp32), then with the base cast to bf16 at batch 8 and 32. Synthetic
+inputs: the model's cost does not depend on what the pixels show.
 """
 
 from __future__ import annotations
 
+import gc
 import resource
 import time
 
@@ -125,14 +127,25 @@ def _tiny(device: str) -> PI0Policy:
     return PI0Policy.from_config(tiny_pi0_config(), cfg, seed=0).to(device)
 
 
-def _full_gpu() -> PI0Policy:
-    """Full-size pi0, random weights made directly on the GPU, base in bf16 (peft keeps adapters in fp32)."""
+def _full_gpu(dtype: torch.dtype) -> PI0Policy:
+    """Full-size pi0 with LoRA, random weights made directly on the GPU, base in `dtype` (peft keeps adapters
+    in fp32)."""
     cfg = VLAConfig(cameras=CAMS, state_dim=8, action_dim=7, n_action_steps=50, max_text_len=48)
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = PI0ForConditionalGeneration(full_pi0_config(chunk_size=50))
     # The byte-level tokenizer is enough here: the prefix length (48 text tokens) is what costs, not the ids.
-    return PI0Policy(model.to(torch.bfloat16).eval(), PromptTokenizer.byte_level(48), cfg).cuda()
+    policy = PI0Policy(model.to(dtype).eval(), PromptTokenizer.byte_level(48), cfg).cuda()
+    return apply_lora(policy, LoraSettings(r=16, alpha=16))
+
+
+def gpu_sft_row(bench: str, policy: PI0Policy, batch: int, steps: int) -> dict:
+    name = torch.cuda.get_device_name()
+    try:
+        return {"bench": bench, **sft_step(policy, batch, 224, steps, bf16=True), "gpu": name}
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"bench": bench, "skipped": "out of GPU memory", "gpu": name}
 
 
 def full_param_count() -> int:
@@ -156,17 +169,14 @@ def main(quick: bool = False) -> list[dict]:
     if not torch.cuda.is_available():
         rows.append({"bench": "pi0_full_gpu", "skipped": "no CUDA"})
         return rows
-    policy = apply_lora(_full_gpu(), LoraSettings(r=16, alpha=16))
-    name = torch.cuda.get_device_name()
-    for b in (8, 32):
-        try:
-            r = sft_step(policy, b, 224, steps=3 if quick else 10, bf16=True)
-            rows.append({"bench": f"pi0_full_gpu_lora_sft_b{b}", **r, "gpu": name})
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            rows.append({"bench": f"pi0_full_gpu_lora_sft_b{b}", "skipped": "out of GPU memory", "gpu": name})
+    steps = 3 if quick else 10
+    rows.append(gpu_sft_row("pi0_full_gpu_lora_sft_fp32w_b8", _full_gpu(torch.float32), 8, steps))
+    gc.collect()  # the fp32 model (13 GB) goes before the bf16 one is made
+    torch.cuda.empty_cache()
+    policy = _full_gpu(torch.bfloat16)
+    rows += [gpu_sft_row(f"pi0_full_gpu_lora_sft_b{b}", policy, b, steps) for b in (8, 32)]
     lat = chunk_latency(policy, 224, reps=5 if quick else 30, bf16=True)
-    rows.append({"bench": "pi0_full_gpu_chunk_latency", **lat, "gpu": name})
+    rows.append({"bench": "pi0_full_gpu_chunk_latency", **lat, "gpu": torch.cuda.get_device_name()})
     return rows
 
 

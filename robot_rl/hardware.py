@@ -22,6 +22,13 @@ def _rate(fn: object, reps: int) -> float:
     return reps / (time.perf_counter() - t)
 
 
+def resolve_device(name: str) -> torch.device:
+    """A run's `device` setting: "auto" is the GPU when there is one."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 @functools.cache
 def bf16_is_fast(device_type: str = "cpu") -> bool:
     """Whether bfloat16 beats fp32 here by enough to autocast the learner (>= 1.5x).

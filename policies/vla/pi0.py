@@ -21,6 +21,7 @@ State and actions are normalised with mean/std buffers that travel in every chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -255,9 +256,12 @@ class PI0Policy(nn.Module):
 
     def _low_precision(self) -> Any:
         """Autocast to the weights' dtype when they are bf16/fp16: peft keeps LoRA adapters in fp32, so without
-        it fp32 adapter outputs meet bf16 base layers. A no-op for fp32 weights (training autocasts itself)."""
+        it fp32 adapter outputs meet bf16 base layers. Nothing for fp32 weights: an `autocast(enabled=False)`
+        here would switch off the caller's autocast (vla-sft's bf16 on CUDA) and run every matmul in fp32."""
         dtype = self.model.dtype
-        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype in (torch.bfloat16, torch.float16))
+        if dtype not in (torch.bfloat16, torch.float16):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
 
     def _unnormalize(self, padded: torch.Tensor) -> torch.Tensor:
         a = padded[..., : self.cfg.action_dim].float() * self.action_std + self.action_mean
@@ -417,6 +421,7 @@ def load_policy(
     cfg: VLAConfig | None = None,
     *,
     device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
     trainable: bool = False,
     tokenizer: PromptTokenizer | None = None,
     model_config: PI0Config | None = None,
@@ -429,14 +434,15 @@ def load_policy(
 
     `cfg` overrides the stored VLAConfig (needed for the last two, which do not know our robot). The tokenizer is
     the directory's `tokenizer.json`, else the byte-level one. `trainable=True` keeps adapters trainable.
-    `model_config` gives the architecture of a LeRobot checkpoint that is not the released pi0 size.
+    `model_config` gives the architecture of a LeRobot checkpoint that is not the released pi0 size. `dtype` is
+    the base weights'; LoRA adapters stay fp32 (peft's choice) and meet bf16 base layers under `_low_precision`.
     """
     path = Path(path)
     meta = json.loads((path / POLICY_FILE).read_text()) if (path / POLICY_FILE).is_file() else None
     if meta is not None and meta.get("weights") == "adapter":
         from robot_rl.policies.vla.lora import load_adapters
 
-        policy = load_policy(meta["base"], cfg or VLAConfig.from_dict(meta["config"]), device=device)
+        policy = load_policy(meta["base"], cfg or VLAConfig.from_dict(meta["config"]), device=device, dtype=dtype)
         load_adapters(policy, path / ADAPTER_DIR, trainable=trainable)
         policy.base_path = Path(meta["base"])
         _load_norms(policy, path)
@@ -447,12 +453,12 @@ def load_policy(
         tokenizer = PromptTokenizer.from_dir(path) if has_tok else PromptTokenizer.byte_level(cfg.max_text_len)
     raw = json.loads((path / "config.json").read_text())
     if raw.get("model_type") == "pi0":
-        model = PI0ForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
+        model = PI0ForConditionalGeneration.from_pretrained(path, dtype=dtype)
     elif raw.get("type") == "pi0":
         model, norms = _load_lerobot(path, raw, model_config)
     else:
         raise ValueError(f"{path}: neither a transformers nor a LeRobot pi0 checkpoint (config.json)")
-    policy = PI0Policy(model.eval(), tokenizer, cfg)
+    policy = PI0Policy(model.to(dtype).eval(), tokenizer, cfg)
     policy.base_path = path.resolve()
     if meta is not None:
         _load_norms(policy, path)

@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.hardware import bf16_is_fast
 from robot_rl.policies.vla.lora import LoraSettings, apply_lora
 from robot_rl.policies.vla.pi0 import PI0Policy, VLAConfig, full_pi0_config, load_policy, tiny_pi0_config
 
@@ -63,7 +64,7 @@ class SFTConfig:
     val_every: int = 50
     val_windows: int = 256  # validation windows evaluated (fixed set, fixed noise: comparable across evals)
     save_every: int = 0  # 0 = only the final checkpoint
-    bf16: bool = True  # autocast to bfloat16 on CUDA (ignored on CPU)
+    bf16: bool = True  # autocast the fp32 weights to bfloat16 on a CUDA GPU with bf16 (ignored elsewhere)
     gradient_checkpointing: bool = False  # recompute activations: full-size pi0 at large batches
     in_ram: bool = True  # load the store into RAM (small stores) or read windows from disk
     device: str = "auto"
@@ -212,7 +213,10 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
         )
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
-    use_bf16 = cfg.bf16 and dev.type == "cuda"
+    # The weights stay fp32 (the optimizer's master copy) and bf16 comes from autocast, on a GPU with bf16 only:
+    # CPU runs (the tiny config) stay fp32. bf16 weights on any device need nothing here: PI0Policy autocasts to
+    # its weights' dtype itself.
+    use_bf16 = cfg.bf16 and dev.type == "cuda" and bf16_is_fast("cuda")
 
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
@@ -220,7 +224,7 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
     rng = np.random.default_rng(cfg.seed + 1000 * rank)
     if is_main:
         log(f"vla-sft: {len(data.train)} train windows, {n_train:,} of {n_all:,} parameters trainable "
-            f"({cfg.finetune}), world {world}, device {dev}")  # fmt: skip
+            f"({cfg.finetune}), world {world}, {dev}, {'bf16 autocast' if use_bf16 else 'no autocast'}")  # fmt: skip
     history: list[dict[str, float]] = []
     val0 = validation_loss(policy, data, cfg, autocast) if is_main else float("nan")
     if is_main:

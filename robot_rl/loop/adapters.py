@@ -19,15 +19,20 @@ from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError
+from robot_rl.hardware import bf16_is_fast, resolve_device
 
 if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
 
 
-def load_base(path: str | Path) -> torch.nn.Module:
+def load_base(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
     """The frozen base of a residual / DSRL agent, by what the folder holds: a `robot-rl train` checkpoint
     (config.yaml: bc, sac or residual runs) or a VLA checkpoint (`robot-rl vla-sft`'s vla.json, or a
-    transformers / LeRobot pi0 config.json). Local folders only; the VLA loads on CPU in fp32."""
+    transformers / LeRobot pi0 config.json). Local folders only.
+
+    A VLA loads onto `device`, in bf16 on a GPU that has it (it only acts, so no fp32 master copy is needed, and
+    it halves a 3B model's memory); on CPU it stays fp32. A robot-rl checkpoint's small net stays on CPU, where
+    the actor runs its own SAC copy too."""
     path = Path(path)
     if (path / "config.yaml").is_file():
         from robot_rl.checkpoint import load_policy
@@ -36,7 +41,9 @@ def load_base(path: str | Path) -> torch.nn.Module:
     if (path / "vla.json").is_file() or (path / "config.json").is_file():
         from robot_rl.policies.vla import load_policy as load_vla  # the vla extra
 
-        return load_vla(path)
+        device = torch.device(device)
+        bf16 = device.type == "cuda" and bf16_is_fast("cuda")
+        return load_vla(path, device=device, dtype=torch.bfloat16 if bf16 else torch.float32)
     hint = " (a vla-sft output: pass its checkpoints/final)" if (path / "checkpoints").is_dir() else ""
     raise UserError(
         f"{path} is not a base policy folder{hint}: expected a robot-rl checkpoint (config.yaml, e.g. "
@@ -48,7 +55,7 @@ def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
     """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base with `load_base`."""
     if cfg.algo not in ("residual", "dsrl"):
         return env
-    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base)
+    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base, resolve_device(cfg.device))
     reads = getattr(getattr(base, "cfg", None), "cameras", ())  # a VLA's cameras (its VLAConfig)
     if missing := [c for c in reads if c not in env.observation_space.spaces]:
         raise UserError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
@@ -68,7 +75,7 @@ def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | Re
         )
     if cfg.algo != "residual":
         return agent
-    return ResidualPolicy(load_base(cfg.residual.base), agent, cfg.residual)
+    return ResidualPolicy(load_base(cfg.residual.base, resolve_device(cfg.device)), agent, cfg.residual)
 
 
 def make_train_env(

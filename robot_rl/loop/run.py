@@ -20,14 +20,8 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.envs import make_env
-from robot_rl.hardware import fastest_threads
+from robot_rl.hardware import fastest_threads, resolve_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def seed_everything(seed: int) -> None:

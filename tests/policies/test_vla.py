@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,62 @@ def test_lora_only_adapters_trainable() -> None:
     assert any("vlm.language_model" in n for n in trainable) and any("model.dit." in n for n in trainable)
     assert not any("vision_tower" in n for n in trainable)
     assert any("action_out_proj" in n for n in trainable)
+
+
+def linear_output_dtypes(policy: PI0Policy, run: Callable[[], object]) -> set[torch.dtype]:
+    """The dtypes of every nn.Linear output inside the model (base layers and LoRA's A/B) while `run()` runs."""
+    seen: set[torch.dtype] = set()
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+        for m in policy.model.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def flow_loss(policy: PI0Policy) -> torch.Tensor:
+    act = torch.rand(2, policy.chunk_size, 4, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    return policy(policy.prepare_inputs(obs_batch()), policy.target_chunk(act))
+
+
+def test_outer_autocast_reaches_fp32_base_layers() -> None:
+    """vla-sft's CUDA path: fp32 master weights with LoRA under the trainer's bf16 autocast. The policy must not
+    switch that autocast off, or every matmul runs in fp32."""
+    policy = apply_lora(tiny_policy(), LoraSettings(r=4)).train()
+    assert policy.model.dtype == torch.float32
+    losses = []
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses.append(flow_loss(policy))
+
+    assert linear_output_dtypes(policy, step) == {torch.bfloat16}
+    losses[0].backward()
+    grads = [p.grad for n, p in policy.named_parameters() if "lora_B" in n and p.grad is not None]
+    assert grads and all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+
+
+def test_bf16_weights_autocast_their_fp32_lora_adapters() -> None:
+    """A bf16 base with peft's fp32 adapters and no outer autocast: the policy autocasts to the weights' dtype,
+    so adapter outputs meet the base layers in bf16, and the adapters still train."""
+    policy = tiny_policy()
+    policy.model.to(torch.bfloat16)
+    policy = apply_lora(policy, LoraSettings(r=4)).train()
+    lora = {n: p for n, p in policy.named_parameters() if "lora_" in n}
+    assert lora and all(p.dtype == torch.float32 for p in lora.values())
+    losses = []
+    assert linear_output_dtypes(policy, lambda: losses.append(flow_loss(policy))) == {torch.bfloat16}
+    assert torch.isfinite(losses[0])
+    losses[0].backward()
+    grads = [p.grad for n, p in lora.items() if "lora_B" in n and p.grad is not None]  # None: off the loss path
+    assert grads and all(torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    chunk = policy.eval().predict_full_chunk(obs_batch(), noise=noise_for(policy))
+    assert chunk.dtype == torch.float32 and torch.isfinite(chunk).all()
 
 
 def test_windows_carry_episode_instruction(demo_store: Path) -> None:
