@@ -34,7 +34,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.demos.store import EpisodeStore
-from robot_rl.hardware import bf16_is_fast
 from robot_rl.policies.vla.lora import LoraSettings, apply_lora
 from robot_rl.policies.vla.pi0 import PI0Policy, VLAConfig, full_pi0_config, load_policy, tiny_pi0_config
 
@@ -215,8 +214,9 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
     # The weights stay fp32 (the optimizer's master copy) and bf16 comes from autocast, on a GPU with bf16 only:
     # CPU runs (the tiny config) stay fp32. bf16 weights on any device need nothing here: PI0Policy autocasts to
-    # its weights' dtype itself.
-    use_bf16 = cfg.bf16 and dev.type == "cuda" and bf16_is_fast("cuda")
+    # its weights' dtype itself. Not `bf16_is_fast`: that times a critic-sized net, and a VLA's matmuls and
+    # activation memory are what bf16 is for.
+    use_bf16 = cfg.bf16 and dev.type == "cuda" and torch.cuda.is_bf16_supported()
 
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()

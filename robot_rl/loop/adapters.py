@@ -19,7 +19,7 @@ from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError
-from robot_rl.hardware import bf16_is_fast, resolve_device
+from robot_rl.hardware import resolve_device
 
 if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
@@ -42,7 +42,7 @@ def load_base(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.
         from robot_rl.policies.vla import load_policy as load_vla  # the vla extra
 
         device = torch.device(device)
-        bf16 = device.type == "cuda" and bf16_is_fast("cuda")
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()  # a VLA's size, not a critic's, decides
         return load_vla(path, device=device, dtype=torch.bfloat16 if bf16 else torch.float32)
     hint = " (a vla-sft output: pass its checkpoints/final)" if (path / "checkpoints").is_dir() else ""
     raise UserError(
