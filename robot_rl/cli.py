@@ -62,6 +62,7 @@ COMMON_KEYS = {
     "reward.source": "env | classifier (a learned success detector, as on a robot)",
     "reward.classifier_path": "a robot run's classifier (`robot-rl classifier train` on labelled frames)",
     "sac.utd": "critic updates per env step",
+    "loop.num_envs": "envs one batched actor steps (sim=maniskill; PhysX GPU with CUDA)",
 }
 
 TRAIN_EXAMPLES = """examples:
@@ -121,13 +122,21 @@ def cmd_train(overrides: list[str]) -> int:
     return 130 if json.loads(summary.read_text()).get("status") == "interrupted" else 0
 
 
+def node_config(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` for the ROS 2 nodes, whose actors step one env each (`distributed.n_actors` of them)."""
+    if cfg.loop.num_envs > 1:
+        raise ConfigError(f"bad configuration: loop.num_envs={cfg.loop.num_envs} batches envs in `robot-rl train`; "
+                          "actor nodes step one env each: set distributed.n_actors instead")  # fmt: skip
+    return cfg
+
+
 def cmd_learner(overrides: list[str]) -> int:
     if _wants_help(overrides):
         print(train_help("learner"))
         return 0
     from robot_rl.nodes.learner_node import run_learner
 
-    print(run_learner(run_config(overrides)))
+    print(run_learner(node_config(run_config(overrides))))
     return 0
 
 
@@ -139,7 +148,7 @@ def cmd_actor(args: list[str]) -> int:
     from robot_rl.config import load_config
     from robot_rl.nodes.actor_node import run_actor
 
-    run_actor(load_config(overrides), ns.index, ns.episodes)
+    run_actor(node_config(load_config(overrides)), ns.index, ns.episodes)
     return 0
 
 
@@ -152,7 +161,7 @@ def cmd_launch(overrides: list[str]) -> int:
     from robot_rl.loop.run import default_run_dir
     from robot_rl.nodes.launch import launch
 
-    cfg = run_config(overrides)
+    cfg = node_config(run_config(overrides))
     check_run_dir(cfg)
     if not cfg.run_dir and not cfg.resume:
         overrides = [*overrides, f"run_dir={default_run_dir(cfg)}"]

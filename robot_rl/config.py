@@ -78,6 +78,9 @@ class LoopConfig:
     checkpoint_every: int = 2000  # env steps; 0 => only at the end
     buffer_capacity: int = 200_000
     log_every: int = 100  # env steps between tensorboard scalar writes
+    # envs one batched actor steps (sim=maniskill, algo=sac, no simulated human): PhysX GPU with CUDA, else CPU
+    # scenes in turn; each env step still earns one learner update. 1: the single-env actor, as before
+    num_envs: int = 1
 
 
 @dataclass
@@ -154,6 +157,7 @@ MINIMUM = {
     "loop.checkpoint_every": 0,
     "loop.buffer_capacity": 1,
     "loop.log_every": 1,
+    "loop.num_envs": 1,
     "demos.n_episodes": 0,
     "distributed.n_actors": 1,
     "sac.batch_size": 1,
@@ -191,7 +195,7 @@ def check_config(cfg: TrainConfig) -> None:
     for key, allowed in CHOICES.items():
         if (value := OmegaConf.select(node, key)) not in allowed:
             raise ConfigError(f"bad configuration: {key}={value}: expected one of {' | '.join(map(str, allowed))}")
-    for problem in (_robot_problem(cfg), _algo_problem(cfg), _sim_problem(cfg)):
+    for problem in (_robot_problem(cfg), _algo_problem(cfg), _sim_problem(cfg), _num_envs_problem(cfg)):
         if problem:
             raise ConfigError(f"bad configuration: {problem}")
 
@@ -211,6 +215,22 @@ def _sim_problem(cfg: TrainConfig) -> str:
     if cfg.env.sim in ("gym", "maniskill") and not is_default(cfg.env.randomization):
         return (f"env.randomization applies to the MuJoCo tasks; leave it at its default with sim={cfg.env.sim} "
                 "(randomization=none)")  # fmt: skip
+    return ""
+
+
+def _num_envs_problem(cfg: TrainConfig) -> str:
+    """What the batched actor cannot run: it steps ManiSkill's vector env with the SAC policy and nothing around it."""
+    n, loop = cfg.loop.num_envs, f"loop.num_envs={cfg.loop.num_envs}"
+    if n == 1:
+        return ""
+    if cfg.env.sim != "maniskill":
+        return f"{loop} batches ManiSkill envs: add sim=maniskill with a ManiSkill task (got sim={cfg.env.sim})"
+    if cfg.algo != "sac":
+        return f"{loop} trains algo=sac only: residual and dsrl wrap one env (got algo={cfg.algo})"
+    if cfg.intervention.enabled:
+        return f"{loop} has no simulated human (it watches one env): set intervention.enabled=false"
+    if cfg.reward.source != "env":
+        return f"{loop} takes the env's reward: set reward.source=env (the classifier wraps one env)"
     return ""
 
 

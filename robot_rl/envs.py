@@ -1,5 +1,6 @@
 """The one env entry point, `make_env`: an in-process simulator (`sim/`: the MuJoCo tasks, ManiSkill, gymnasium ids)
-or a robot behind its ROS 2 topics (`real/RobotEnv`), chosen by config.
+or a robot behind its ROS 2 topics (`real/RobotEnv`), chosen by config; `make_vec_env` for N ManiSkill envs as one
+batch (`loop.num_envs`).
 
 Train, eval, collect, replay, deploy and the nodes build their envs here, so a run with `robot=<name>` steps the arm
 behind that robot config wherever a sim run would step MuJoCo; the learner never knows which.
@@ -22,6 +23,7 @@ from robot_rl.types import ObsLayout
 if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
     from robot_rl.sim.config import EnvConfig
+    from robot_rl.sim.maniskill import ManiSkillVecEnv
 
 
 def robot_layout(cfg: EnvConfig, robot: RobotConfig) -> ObsLayout:
@@ -63,3 +65,11 @@ def make_env(
     if seed is not None:
         env.action_space.seed(seed)
     return env
+
+
+def make_vec_env(cfg: EnvConfig, num_envs: int) -> ManiSkillVecEnv:
+    """`num_envs` envs of a ManiSkill task stepped as one batch (`loop.num_envs`): one ManiSkill env on PhysX GPU
+    when CUDA is there, else CPU scenes stepped in turn. Unreset: the batched actor seeds the first reset."""
+    from robot_rl.sim.maniskill import make_maniskill_vec_env
+
+    return make_maniskill_vec_env(cfg, num_envs)

@@ -21,6 +21,7 @@ Cameras: "front" is ManiSkill's `base_camera`, "wrist" the Panda's `hand_camera`
 Two views: `ManiSkillVecEnv` steps N envs as one batch (GPU physics with ManiSkill's `num_envs` when CUDA is
 there; on CPU ManiSkill 3.0 allows one env per PhysX scene, so N CPU scenes are stepped in turn), and
 `ManiSkillEnv`, the single-env gym.Env that `make_env` returns for the learner, actors, demos and replay.
+`make_vec_env` returns the batch for a multi-env run's actor (`loop.num_envs`).
 
 Everything above the `# --- SAPIEN` line is plain numpy so CI tests the mapping without Vulkan.
 """
@@ -513,21 +514,7 @@ class ManiSkillEnv(gym.Env):
     def __init__(self, cfg: EnvConfig, backend: str = "cpu") -> None:
         self.cfg = cfg
         self.task = cfg.task
-        self._vec = ManiSkillVecEnv(
-            cfg.task,
-            1,
-            obs=cfg.obs,
-            cameras=cfg.cameras,
-            image_size=cfg.image_size,
-            control_hz=cfg.control_hz,
-            reward=cfg.reward,
-            yaw=cfg.yaw,
-            terminate_on_success=cfg.terminate_on_success,
-            max_step=cfg.max_step,
-            max_yaw_step=cfg.max_yaw_step,
-            max_episode_steps=cfg.max_episode_steps,
-            backend=backend,
-        )
+        self._vec = vec_env(cfg, 1, backend)
         self.max_episode_steps = self._vec.max_episode_steps
         self.control_dt = self._vec.control_dt
         self.state_layout = self._vec.state_layout
@@ -572,9 +559,38 @@ class ManiSkillEnv(gym.Env):
         return EXPERTS[self.task](s)
 
 
-def make_maniskill_env(cfg: EnvConfig) -> ManiSkillEnv:
+def vec_env(cfg: EnvConfig, num_envs: int, backend: str = "auto") -> ManiSkillVecEnv:
+    """`num_envs` envs of `cfg`'s task as one batch, in the same terms as the single env."""
+    return ManiSkillVecEnv(
+        cfg.task,
+        num_envs,
+        obs=cfg.obs,
+        cameras=cfg.cameras,
+        image_size=cfg.image_size,
+        control_hz=cfg.control_hz,
+        reward=cfg.reward,
+        yaw=cfg.yaw,
+        terminate_on_success=cfg.terminate_on_success,
+        max_step=cfg.max_step,
+        max_yaw_step=cfg.max_yaw_step,
+        max_episode_steps=cfg.max_episode_steps,
+        backend=backend,
+    )
+
+
+def _check_can_start(cfg: EnvConfig) -> None:
     check_task(cfg.task)
     ok, why = vulkan_available()
     if not ok:
         raise RuntimeError(f"sim=maniskill cannot start {cfg.task}: {why}")
+
+
+def make_maniskill_env(cfg: EnvConfig) -> ManiSkillEnv:
+    _check_can_start(cfg)
     return ManiSkillEnv(cfg)
+
+
+def make_maniskill_vec_env(cfg: EnvConfig, num_envs: int) -> ManiSkillVecEnv:
+    """The batch a multi-env run's actor steps: PhysX GPU when CUDA is there, else CPU scenes in turn."""
+    _check_can_start(cfg)
+    return vec_env(cfg, num_envs)

@@ -1,4 +1,7 @@
-"""The actor: env + policy + (simulated) human -> transitions. Knows nothing of how they are transported."""
+"""The actor: env + policy + (simulated) human -> transitions. Knows nothing of how they are transported.
+
+`Actor` steps one env; `VecActor` steps a batch of them (`make_vec_env`) on one policy call per step.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +9,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from robot_rl.types import EpisodeAborted, NpObs, Transition
+
+if TYPE_CHECKING:
+    from robot_rl.sim.maniskill import ManiSkillVecEnv
 
 log = logging.getLogger("robot_rl.actor")
 
@@ -156,3 +163,64 @@ class Actor:
         else:
             self._obs = next_obs
         return t
+
+
+class VecActor:
+    """N envs of one batched env acting on one policy call per step; no human, no env adapters.
+
+    An env's transitions are held until its episode ends, then released in order, together: the replay ring keeps
+    a stream's transitions in consecutive slots (transition i's next obs is slot i+1), so whole episodes take the
+    slots one env's episodes would. Interleaving the N envs step by step would break the sequence at every add
+    and take two slots per transition. The price is that the learner sees an episode only once it has ended."""
+
+    def __init__(self, env: ManiSkillVecEnv, policy: torch.nn.Module, seed: int = 0) -> None:
+        self.env = env
+        self.policy = policy
+        self.seed = seed
+        self.stats = EpisodeStats()
+        self.policy_version = 0
+        self._obs: NpObs | None = None
+        self._episodes: list[list[Transition]] = [[] for _ in range(env.num_envs)]
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        self.policy.load_state_dict(state_dict)
+        self.policy_version = version
+
+    @torch.no_grad()
+    def _act(self, obs: NpObs) -> np.ndarray:
+        """(N, Da) float32: the first action of each env's chunk (SAC's chunks are one step long)."""
+        device = next(self.policy.parameters()).device
+        chunk = self.policy.predict_action_chunk({k: torch.as_tensor(v, device=device) for k, v in obs.items()})
+        return chunk[:, 0].cpu().numpy()
+
+    def step(self) -> list[tuple[int, Transition]]:
+        """Steps every env once and resets those whose episode ended; returns the transitions of the episodes that
+        ended, as (env index, transition), each episode's in order and together."""
+        if self._obs is None:  # env i's first episode is seeded seed + episodes + i, later ones from the env's rng
+            self._obs, _ = self.env.reset(seed=self.seed + self.stats.episodes)
+        obs, action = self._obs, self._act(self._obs)
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        self.stats.steps += self.env.num_envs
+        ready: list[tuple[int, Transition]] = []
+        for i, episode in enumerate(self._episodes):
+            t = Transition(obs={k: v[i] for k, v in obs.items()}, action=action[i], reward=float(reward[i]),
+                           next_obs={k: v[i] for k, v in next_obs.items()}, terminated=bool(terminated[i]),
+                           truncated=bool(truncated[i]), intervened=False)  # fmt: skip
+            episode.append(t)
+            if t.done:
+                self.stats.record(bool(info["success"][i]), len(episode), 0)
+                ready += [(i, e) for e in episode]
+                self._episodes[i] = []
+        self._obs = self._reset_done(next_obs, np.flatnonzero(terminated | truncated))
+        return ready
+
+    def _reset_done(self, next_obs: NpObs, done: np.ndarray) -> NpObs:
+        """The next step's obs: the reset envs' first obs, the others' next obs as stored (a new array: the staged
+        transitions hold views of `next_obs`)."""
+        if not done.size:
+            return next_obs
+        first, _ = self.env.reset(env_idx=done)
+        obs = {k: v.copy() for k, v in next_obs.items()}
+        for k, v in obs.items():
+            v[done] = first[k][done]
+        return obs

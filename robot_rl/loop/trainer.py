@@ -22,9 +22,9 @@ from robot_rl.buffers import ReplayBuffer
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import episode_transitions
-from robot_rl.envs import make_env, robot_layout
+from robot_rl.envs import make_env, make_vec_env, robot_layout
 from robot_rl.evaluation import EvalResult, evaluate
-from robot_rl.loop.actor import Actor, EpisodeStats
+from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
 from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.checks import pick_state, state_fields
 from robot_rl.loop.classifier import run_classifier
@@ -39,7 +39,7 @@ from robot_rl.loop.run import (
     start_run,
     write_summary,
 )
-from robot_rl.types import ObsLayout
+from robot_rl.types import ObsLayout, Transition
 
 
 class TrainingRun:
@@ -267,26 +267,25 @@ def train(cfg: TrainConfig) -> Path:
     run = TrainingRun(cfg, env=robot_env)
     learner = run.learner
     human = make_human(cfg, cfg.seed)
-    if robot_env is None:
-        env = make_train_env(cfg, cfg.seed, run.classifier)
-    else:  # the evaluations judge success by the robot's success topic, the actor's reward may be the classifier's
-        env = robot_env if run.classifier is None else ClassifierReward(robot_env, run.classifier, cfg.reward.threshold)
-    actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+    actor = _make_actor(cfg, run, robot_env, human)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
     try:
         while not run.done:
             if human is not None:
                 human.set_progress(learner.env_steps)
-            learner.add(actor.step())
-            learner.train_to_rate_limit()
-            if learner.env_steps % cfg.loop.sync_every == 0:
-                actor.load_weights(learner.policy_weights(), learner.updates)
-            evals = len(run.eval_log.entries)
-            run.after_step(actor.stats)
-            if robot_env is not None and len(run.eval_log.entries) > evals:
-                actor.abandon_episode()  # the evaluation reset the arm under the actor's episode
-                learner.online.break_sequence()
+            for stream, t in _transitions(actor):
+                learner.add(t, stream)
+                learner.train_to_rate_limit()
+                if learner.env_steps % cfg.loop.sync_every == 0:
+                    actor.load_weights(learner.policy_weights(), learner.updates)
+                evals = len(run.eval_log.entries)
+                run.after_step(actor.stats)
+                if robot_env is not None and len(run.eval_log.entries) > evals:
+                    actor.abandon_episode()  # the evaluation reset the arm under the actor's episode
+                    learner.online.break_sequence()
+                if run.done:
+                    break
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(actor.stats, interrupted=True)
@@ -298,3 +297,24 @@ def train(cfg: TrainConfig) -> Path:
     except KeyboardInterrupt:  # during the final evaluation: the run is saved all the same, as interrupted
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return run.finish(actor.stats, interrupted=True)
+
+
+def _make_actor(
+    cfg: TrainConfig, run: TrainingRun, robot_env: gym.Env | None, human: object | None
+) -> Actor | VecActor:
+    """One env's actor, or with `loop.num_envs` > 1 the batched actor over that many ManiSkill envs."""
+    if cfg.loop.num_envs > 1:
+        return VecActor(make_vec_env(cfg.env, cfg.loop.num_envs), copy.deepcopy(run.algo.policy).cpu(), cfg.seed)
+    if robot_env is None:
+        env = make_train_env(cfg, cfg.seed, run.classifier)
+    else:  # the evaluations judge success by the robot's success topic, the actor's reward may be the classifier's
+        env = robot_env if run.classifier is None else ClassifierReward(robot_env, run.classifier, cfg.reward.threshold)
+    return Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+
+
+def _transitions(actor: Actor | VecActor) -> list[tuple[str, Transition]]:
+    """(stream, transition) for the learner from one actor step: the one env's transition, or the batch's ended
+    episodes, each whole and in order under its env's stream. Each is one env step of the loop: one update due."""
+    if isinstance(actor, VecActor):
+        return [(f"env{i}", t) for i, t in actor.step()]
+    return [("", actor.step())]

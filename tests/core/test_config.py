@@ -52,6 +52,23 @@ def test_out_of_range_value_is_rejected() -> None:
         load_config(["loop.env_steps=-5"])
 
 
+def test_num_envs_needs_the_batched_maniskill_actor() -> None:
+    with pytest.raises(ConfigError, match="loop.num_envs=2 batches ManiSkill envs: add sim=maniskill"):
+        load_config(["loop.num_envs=2"])
+    with pytest.raises(ConfigError, match="set intervention.enabled=false"):
+        load_config(["sim=maniskill", "task=PickCube-v1", "loop.num_envs=2"])
+    cfg = load_config(["sim=maniskill", "task=PickCube-v1", "loop.num_envs=2", "intervention.enabled=false"])
+    assert cfg.loop.num_envs == 2
+    with pytest.raises(ConfigError, match="loop.num_envs=0: must be >= 1"):
+        load_config(["loop.num_envs=0"])
+
+
+def test_nodes_refuse_batched_envs(capsys) -> None:
+    ok = ["sim=maniskill", "task=PickCube-v1", "loop.num_envs=2", "intervention.enabled=false"]
+    assert main(["launch", *ok]) == 2
+    assert "actor nodes step one env each" in capsys.readouterr().err
+
+
 def test_train_help_lists_groups_and_common_keys(capsys) -> None:
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""ManiSkill 3 through make_env: env contract, experts, batching, demos + replay, cameras, a short training run.
+"""ManiSkill 3 through make_env: env contract, experts, batching, demos + replay, cameras, short training runs with
+one env and with a batch of them (`VecActor`).
 
 Needs the optional ManiSkill extra and a Vulkan device (SAPIEN wants one even for state); skips with the reason.
 """
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig, ScriptedExpert
-from robot_rl.sim.maniskill import ManiSkillVecEnv, vulkan_available
+from robot_rl.sim.maniskill import ManiSkillVecEnv, state_layout, vulkan_available
 
 _OK, _WHY = vulkan_available()
 pytestmark = [
@@ -124,3 +126,60 @@ def test_short_training_run(tmp_path: Path) -> None:
     assert s["task"] == "PickCube-v1" and s["env_steps"] == 80 and s["updates"] > 0
     assert 0.0 <= s["final_success_rate"] <= 1.0 and len(s["evals"]) == 3
     assert (Path(s["checkpoint"]) / "model.safetensors").exists()
+
+
+def test_vec_actor_releases_each_envs_episodes_whole_and_in_order() -> None:
+    from robot_rl.algos.sac import SACConfig, make_policy
+    from robot_rl.loop.actor import VecActor
+
+    vec = ManiSkillVecEnv("PickCube-v1", 3, backend="cpu", max_episode_steps=4)
+    torch.manual_seed(0)
+    actor = VecActor(vec, make_policy(SACConfig(), vec.state_dim, vec.action_dim), seed=7)
+    got: dict[int, list] = {i: [] for i in range(3)}
+    for step in range(9):
+        ready = actor.step()
+        assert len(ready) == (12 if step in (3, 7) else 0), step  # lockstep 4-step episodes: all end together
+        assert [i for i, _ in ready] == sorted(i for i, _ in ready)  # env by env, each episode together
+        for i, t in ready:
+            got[i].append(t)
+    assert actor.stats.episodes == 6 and actor.stats.steps == 27 and actor.stats.intervened_steps == 0
+    for ts in got.values():
+        assert [t.truncated for t in ts] == [False, False, False, True] * 2 and not any(t.terminated for t in ts)
+        for j in (0, 1, 2, 4, 5, 6):  # within each episode
+            np.testing.assert_array_equal(ts[j].next_obs["state"], ts[j + 1].obs["state"])
+        assert not np.array_equal(ts[3].next_obs["state"], ts[4].obs["state"])  # reset in between
+    single = make_env(EnvConfig(task="PickCube-v1"))
+    one, _ = single.reset(seed=9)  # env i's first episode is seeded seed + i
+    np.testing.assert_array_equal(got[2][0].obs["state"], one["state"])
+    single.close()
+    vec.close()
+
+
+def test_training_with_batched_envs(tmp_path: Path) -> None:
+    """loop.num_envs=2: the learner gets each env's episodes whole, so every stored transition's next obs follows
+    its obs in the same env, and the ring spends one slot per transition plus one per episode, as with one env."""
+    from robot_rl.buffers import ReplayBuffer
+    from robot_rl.config import load_config
+    from robot_rl.loop.trainer import train
+
+    cfg = load_config([
+        "sim=maniskill", "task=PickCube-v1", "loop.num_envs=2", "intervention.enabled=false", f"run_dir={tmp_path}",
+        "profile=cpu", "threads=1", "demos.n_episodes=1", "loop.env_steps=200", "loop.eval_every=0",
+        "loop.final_eval_episodes=1", "loop.checkpoint_every=0", "loop.buffer_capacity=1000",
+    ])  # fmt: skip
+    s = json.loads(Path(train(cfg)).read_text())
+    assert s["env_steps"] == 200 and s["updates"] == 200
+    buf = ReplayBuffer(cfg.loop.buffer_capacity)
+    buf.load(Path(s["checkpoint"]) / "buffer_online.npz")
+    assert len(buf) == 200
+    state, lay = buf.obs["state"], state_layout("PickCube-v1", False, "state")
+    idx = np.flatnonzero(buf.valid)
+    tcp, vel = state[:, lay["tcp_pos"]], state[:, lay["tcp_vel"]]
+    # the next obs's velocity is its TCP's move from this obs: it came out of the same env one step later
+    np.testing.assert_allclose(vel[idx + 1] * 0.1, tcp[idx + 1] - tcp[idx], atol=1e-5)
+    starts = np.flatnonzero(buf.valid & ~np.roll(buf.valid, 1))
+    assert buf.cursor == len(buf) + len(starts) and len(starts) <= 5  # step-by-step interleaving: 200 runs
+    single = make_env(EnvConfig(task="PickCube-v1"))
+    for env_i, start in enumerate(starts[:2]):  # env 0's first episode, then env 1's
+        np.testing.assert_array_equal(state[start], single.reset(seed=cfg.seed + env_i)[0]["state"])
+    single.close()
