@@ -8,7 +8,7 @@ fails records its error and the rest go on):
              an update synchronises with the host
   main_job   `robot-rl train profile=gpu device=cuda` until it evaluates at 0.9
   vla        one pi0 LoRA step under bf16 autocast: every base matmul's dtype checked
-  maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them
+  maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them (`loop.num_envs`)
 `--tiny` runs the same code on a CPU at toy sizes (what the test suite runs).
 """
 
@@ -199,7 +199,24 @@ def maniskill_section(s: Sizes, run_dir: Path) -> dict:
         steps += vec.num_envs
     rate = steps / (time.perf_counter() - t)
     vec.close()
-    return {"envs": s.n_envs, "backend": vec.backend, "env_steps_per_s": rate}
+    return {"envs": s.n_envs, "backend": vec.backend, "env_steps_per_s": rate, "training": maniskill_run(s, run_dir)}
+
+
+def maniskill_run(s: Sizes, run_dir: Path) -> dict:
+    """A short training run fed by `s.n_envs` batched envs (`loop.num_envs`), scripted demos, state obs."""
+    from robot_rl.config import load_config
+    from robot_rl.loop.trainer import train
+
+    overrides = [f"run_dir={run_dir}", "sim=maniskill", "task=PickCube-v1", f"loop.num_envs={s.n_envs}",
+                 "intervention.enabled=false", "loop.checkpoint_every=0", "loop.eval_every=0",
+                 f"device={s.device}"]  # fmt: skip
+    if s.tiny:
+        overrides += ["profile=cpu", "loop.env_steps=120", "loop.final_eval_episodes=2", "demos.n_episodes=2"]
+    else:
+        overrides += ["profile=gpu", "loop.env_steps=25600", "loop.max_minutes=1.5", "loop.final_eval_episodes=20"]
+    summary = json.loads(train(load_config(overrides)).read_text())
+    keys = ("final_success_rate", "wall_clock_s", "env_steps", "updates", "device")
+    return {k: summary[k] for k in keys} | {"env_steps_per_s": summary["env_steps"] / summary["wall_clock_s"]}
 
 
 def run(out: Path, tiny: bool) -> dict:

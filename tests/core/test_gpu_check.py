@@ -23,6 +23,7 @@ def test_gpu_check_runs_every_section_on_cpu(tmp_path: Path) -> None:
     rows = r["learner"]["rows"]
     assert len(rows) == 12 and all(x["critic_updates_per_s"] > 0 for x in rows)
     assert r["vla"]["all_bf16"], r["vla"]  # an outer bf16 autocast reaches every base matmul
-    assert "skipped" in r["maniskill"] or r["maniskill"]["env_steps_per_s"] > 0
+    ms = r["maniskill"]
+    assert "skipped" in ms or (ms["env_steps_per_s"] > 0 and ms["training"]["env_steps"] == 120)
     assert r["main_job"]["env_steps"] == 150
     assert len(r["goals"]) == 4 and all(g["met"] is None for g in r["goals"].values())  # toy sizes judge nothing
