@@ -15,18 +15,55 @@ import torch
 from torch import nn
 
 
+def cuda_status() -> tuple[bool, str]:
+    """(True, the GPU's name) where CUDA is usable, else (False, why not).
+
+    `is_available()` alone only says no: a CPU build, a driver older than the build's CUDA and a container without
+    the GPU all read False (the driver's complaint is warned once per process, often before anyone looks).
+    """
+    if torch.version.cuda is None:
+        return False, "no CUDA in this build"
+    if torch.cuda.is_available():
+        return True, torch.cuda.get_device_name()
+    try:
+        torch.cuda.init()  # raises the reason again, each time it is asked
+    except Exception as e:  # RuntimeError from the driver, AssertionError from torch's own checks
+        lines = str(e).strip().splitlines()
+        return False, lines[0].split(". ")[0].rstrip(".") if lines else type(e).__name__
+    return False, "torch.cuda.is_available() is False"
+
+
+def _cuda_words(usable: bool, detail: str) -> str:
+    if usable:
+        return f"{detail}, torch {torch.__version__}"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} has no CUDA"
+    return f"CUDA {torch.version.cuda} build (torch {torch.__version__}) but no usable GPU: {detail}"
+
+
+def pick_device(name: str = "auto") -> tuple[torch.device, str]:
+    """The device `device=<name>` means here, and why: `auto` is the GPU where CUDA is usable, else the CPU."""
+    if name != "auto":
+        device = torch.device(name)
+        return device, f"device={name}" + (f"; {_cuda_words(*cuda_status())}" if device.type == "cuda" else "")
+    usable, detail = cuda_status()
+    return torch.device("cuda" if usable else "cpu"), _cuda_words(usable, detail)
+
+
+def torch_summary() -> str:
+    """One line on the torch installed: its version, the CUDA it was built for, and whether that CUDA runs here."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__}, built without CUDA: CPU only"
+    usable, detail = cuda_status()
+    status = f"CUDA usable, {detail}" if usable else f"CUDA not usable ({detail})"
+    return f"torch {torch.__version__}, built for CUDA {torch.version.cuda}: {status}"
+
+
 def _rate(fn: object, reps: int) -> float:
     t = time.perf_counter()
     for _ in range(reps):
         fn()  # type: ignore[operator]
     return reps / (time.perf_counter() - t)
-
-
-def resolve_device(name: str) -> torch.device:
-    """A run's `device` setting: "auto" is the GPU when there is one."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 @functools.cache

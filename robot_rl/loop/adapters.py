@@ -19,7 +19,7 @@ from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError
-from robot_rl.hardware import resolve_device
+from robot_rl.hardware import pick_device
 
 if TYPE_CHECKING:
     from robot_rl.config import TrainConfig
@@ -55,7 +55,7 @@ def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
     """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base with `load_base`."""
     if cfg.algo not in ("residual", "dsrl"):
         return env
-    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base, resolve_device(cfg.device))
+    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base, pick_device(cfg.device)[0])
     reads = getattr(getattr(base, "cfg", None), "cameras", ())  # a VLA's cameras (its VLAConfig)
     if missing := [c for c in reads if c not in env.observation_space.spaces]:
         raise UserError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
@@ -75,7 +75,7 @@ def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | Re
         )
     if cfg.algo != "residual":
         return agent
-    return ResidualPolicy(load_base(cfg.residual.base, resolve_device(cfg.device)), agent, cfg.residual)
+    return ResidualPolicy(load_base(cfg.residual.base, pick_device(cfg.device)[0]), agent, cfg.residual)
 
 
 def make_train_env(

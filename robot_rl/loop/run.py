@@ -20,8 +20,16 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.envs import make_env
-from robot_rl.hardware import fastest_threads, resolve_device
+from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device `device=` names (`auto`: CUDA where usable), said on stderr with why: a GPU box whose driver is
+    too old for the installed torch would otherwise train on the CPU without a word."""
+    device, why = pick_device(name)
+    print(f"device: {device} ({why})", file=sys.stderr)
+    return device
 
 
 def seed_everything(seed: int) -> None:
