@@ -63,6 +63,7 @@ COMMON_KEYS = {
     "reward.classifier_path": "a robot run's classifier (`robot-rl classifier train` on labelled frames)",
     "sac.utd": "critic updates per env step",
     "loop.num_envs": "envs one batched actor steps (sim=maniskill; PhysX GPU with CUDA)",
+    "loop.overlap": "learner updates in a thread while the actor steps (profile=gpu; not bit-reproducible)",
 }
 
 TRAIN_EXAMPLES = """examples:

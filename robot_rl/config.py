@@ -68,6 +68,9 @@ class LoopConfig:
     env_steps: int = 8000  # online env-step budget
     learning_starts: int = 0  # with demos in the mix, learning can start at once (RLPD)
     sync_every: int = 1  # env steps between weight pushes from learner to actor
+    # The learner's updates in a thread, overlapping the actor's next env step (one update more policy lag; not
+    # bit-reproducible: two threads share torch's RNG). profile=gpu turns it on: the GPU computes while the sim steps.
+    overlap: bool = False
     eval_every: int = 1000  # env steps between evaluations
     # evaluate the untrained policy at env step 0 on the final evaluation's episodes: the baseline, in the same run
     eval_at_start: bool = False

@@ -6,6 +6,8 @@ every correction, the online side keeps the true state distribution.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import torch
 
 from robot_rl.algos.sac import SAC
@@ -82,3 +84,33 @@ class Learner:
             out[k] = flat[i : i + v.numel()].view(v.shape).to(v.dtype, copy=True)
             i += v.numel()
         return out
+
+
+class BackgroundUpdates:
+    """`learner.train_to_rate_limit()` in a worker thread, so the actor's next env step overlaps the updates due for
+    the last transition (the GPU, or the second core, computes while the simulator steps).
+
+    Between `start()` and `wait()` only the actor runs: adding, weight pulls, evaluations and checkpoints come after
+    `wait()`. Every update sees the data it would in one thread, at the same update-to-data ratio; the actor acts
+    on weights one update older. Both threads draw from torch's one global RNG, in an order timing decides, so runs
+    are not bit-reproducible (`loop.overlap=false` is)."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="learner")
+        self._pending: Future | None = None
+
+    def start(self) -> None:
+        self._pending = self._pool.submit(self.learner.train_to_rate_limit)
+
+    def wait(self) -> None:
+        """Until the updates started last are done; raises what they raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()

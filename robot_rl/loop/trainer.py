@@ -29,7 +29,7 @@ from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.checks import pick_state, state_fields
 from robot_rl.loop.classifier import run_classifier
 from robot_rl.loop.human import make_human
-from robot_rl.loop.learner import Learner
+from robot_rl.loop.learner import BackgroundUpdates, Learner
 from robot_rl.loop.run import (
     EvalLog,
     RunState,
@@ -270,13 +270,17 @@ def train(cfg: TrainConfig) -> Path:
     actor = _make_actor(cfg, run, robot_env, human)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
+    background = BackgroundUpdates(learner) if cfg.loop.overlap else None
     try:
         while not run.done:
             if human is not None:
                 human.set_progress(learner.env_steps)
-            for stream, t in _transitions(actor):
+            for stream, t in _transitions(actor):  # with `background`, the actor stepped while the updates ran
+                if background is not None:
+                    background.wait()
                 learner.add(t, stream)
-                learner.train_to_rate_limit()
+                if background is None:
+                    learner.train_to_rate_limit()
                 if learner.env_steps % cfg.loop.sync_every == 0:
                     actor.load_weights(learner.policy_weights(), learner.updates)
                 evals = len(run.eval_log.entries)
@@ -286,12 +290,18 @@ def train(cfg: TrainConfig) -> Path:
                     learner.online.break_sequence()
                 if run.done:
                     break
+            if background is not None:
+                background.start()  # the updates due for what was just added; the last ones end in `close`
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if background is not None:
+            background.close()  # the updates under way finish (milliseconds) before the checkpoint reads them
         return run.finish(actor.stats, interrupted=True)
     finally:
         if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
             human.close()
+        if background is not None:
+            background.close()
     try:
         return run.finish(actor.stats)
     except KeyboardInterrupt:  # during the final evaluation: the run is saved all the same, as interrupted

@@ -129,3 +129,40 @@ def test_nan_action_is_caught_before_the_simulator() -> None:
     with pytest.raises(ValueError, match="NaN"):
         actor.step()
     assert env.unwrapped.data.time == 0.0  # no physics step happened
+
+
+def test_overlapped_updates_run_in_a_thread_beside_the_actor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`loop.overlap=true`: updates run in the learner thread while the actor steps, at the same UTD rate limit;
+    the checkpoints and the summary hold every update due."""
+    import threading
+
+    from robot_rl.config import load_config
+    from robot_rl.loop.learner import Learner
+    from robot_rl.loop.trainer import train
+
+    spans: dict[str, list[tuple[float, float]]] = {"update": [], "step": []}
+    threads: set[str] = set()
+
+    def timed(kind: str, fn):  # noqa: ANN001, ANN202
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            spans[kind].append((t, time.perf_counter()))
+            if kind == "update":
+                threads.add(threading.current_thread().name)
+            return out
+
+        return wrapper
+
+    monkeypatch.setattr(Learner, "update", timed("update", Learner.update))
+    monkeypatch.setattr(Actor, "step", timed("step", Actor.step))
+    summary = train(load_config([f"run_dir={tmp_path}", "loop.overlap=true", "loop.env_steps=150", "loop.eval_every=0",
+                                 "loop.final_eval_episodes=2", "demos.n_episodes=2", "loop.checkpoint_every=100",
+                                 "profile=cpu"]))  # fmt: skip
+    s = json.loads(summary.read_text())
+    assert s["env_steps"] == 150 and s["updates"] == 150  # the rate limit held; the last updates were waited for
+    assert threads and all(name.startswith("learner") for name in threads)
+    steps = spans["step"]
+    assert any(a < d and c < b for a, b in spans["update"] for c, d in steps)  # an update and an env step at once
+    counters = json.loads((tmp_path / "checkpoints" / "step_00000100" / "counters.json").read_text())
+    assert counters["env_steps"] == 100 and counters["updates"] == 99  # saved between steps: one update to come
