@@ -81,7 +81,10 @@ def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) 
     out.parent.mkdir(parents=True, exist_ok=True)
     steps = [e["env_steps"] for e in evals]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    axes[0].plot(steps, [e["success_rate"] for e in evals], marker="o")
+    axes[0].plot(steps, [e["success_rate"] for e in evals], marker="o", label="as trained")
+    if all("nominal_success_rate" in e for e in evals):  # a randomised run, judged on the nominal scene
+        axes[0].plot(steps, [e["nominal_success_rate"] for e in evals], marker="s", label="nominal scene")
+        axes[0].legend()
     axes[0].set_ylim(-0.05, 1.05)
     axes[0].set_title("eval success rate")
     axes[1].plot(steps, [e["mean_return"] for e in evals], marker="o", color="tab:green")

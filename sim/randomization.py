@@ -14,6 +14,11 @@ having its own frame at every reset (`mj_setConst` recomputes the flag from the 
 gets its bounding sphere/box (`geom_rbound`, `geom_aabb`, used by the broad phase), its inertia, the sites on it,
 and `mj_setConst` for the inverse weights.
 
+Colour jitter starts from the colour MuJoCo draws: a geom with a material (the table) shows the material's rgba only
+while its own rgba is MuJoCo's default grey (0.5, 0.5, 0.5, 1); any other geom rgba replaces the material's. Jittering
+the table's default grey drew a grey table in every randomised episode (#27), so the jitter is added to the shown
+colour and written as the geom's rgba.
+
 The preset that keeps >= 90 % of nominal success against a shifted robot is `configs/randomization/robust.yaml`
 (`robot-rl train randomization=robust`); docs/sim_to_real.md has the settings and the measurements.
 """
@@ -24,6 +29,17 @@ import mujoco
 import numpy as np
 
 from robot_rl.sim.config import RandomizationConfig
+
+_DEFAULT_RGBA = np.array([0.5, 0.5, 0.5, 1.0], dtype=np.float32)  # MuJoCo's "use the material" geom rgba
+
+
+def _shown_rgba(model: mujoco.MjModel) -> np.ndarray:
+    """(ngeom, 4) colours as drawn: the material's while the geom's rgba is the default, else the geom's."""
+    rgba = model.geom_rgba.copy()
+    mat = model.geom_matid
+    from_mat = (mat >= 0) & np.all(rgba == _DEFAULT_RGBA, axis=1)
+    rgba[from_mat] = model.mat_rgba[mat[from_mat]]
+    return rgba
 
 
 def _active(scale_range: tuple[float, float]) -> bool:
@@ -63,7 +79,7 @@ class DomainRandomizer:
         self._damping = model.dof_damping.copy()
         self._cam_pos = model.cam_pos.copy()
         self._cam_quat = model.cam_quat.copy()
-        self._rgba = model.geom_rgba.copy()
+        self._rgba = _shown_rgba(model)  # colour jitter's centre (module docstring)
         self._osc = np.flatnonzero(model.actuator_group == 1)  # the Cartesian impedance actuators (panda.xml)
         self._gain = model.actuator_gainprm[:, 0].copy()
         self._bias = model.actuator_biasprm[:, :3].copy()
@@ -105,7 +121,9 @@ class DomainRandomizer:
                 mujoco.mju_mulQuat(m.cam_quat[i], dq, self._cam_quat[i])
         if cfg.color_jitter > 0.0:
             noise = rng.uniform(-cfg.color_jitter, cfg.color_jitter, size=(len(self._geoms), 3))
-            m.geom_rgba[self._geoms, :3] = np.clip(self._rgba[self._geoms, :3] + noise, 0.0, 1.0)
+            rgba = self._rgba[self._geoms].copy()  # keeps the shown alpha (a material's)
+            rgba[:, :3] = np.clip(rgba[:, :3] + noise, 0.0, 1.0)
+            m.geom_rgba[self._geoms] = rgba
         if _active(cfg.arm_stiffness_scale) or _active(cfg.arm_damping_scale):
             kp, kv, a = rng.uniform(*cfg.arm_stiffness_scale), rng.uniform(*cfg.arm_damping_scale), self._osc
             m.actuator_gainprm[a, 0] = self._gain[a] * kp

@@ -144,10 +144,14 @@ def reward_source(cfg: TrainConfig) -> str:
 
 
 def print_eval_table(evals: list[dict]) -> None:
-    print(f"{'env steps':>10} {'updates':>8} {'success':>8} {'95% CI':>13} {'return':>7} {'length':>7}")
+    """One line per evaluation; a randomised run's success on the nominal scene (what it is judged by) at the end."""
+    nominal = any("nominal_success_rate" in e for e in evals)
+    print(f"{'env steps':>10} {'updates':>8} {'success':>8} {'95% CI':>13} {'return':>7} {'length':>7}"
+          + (f" {'nominal':>8}" if nominal else ""))  # fmt: skip
     for e in evals:
         lo, hi = e["success_ci"]
         print(
             f"{e['env_steps']:>10} {e['updates']:>8} {e['success_rate']:>8.2f} {f'[{lo:.2f},{hi:.2f}]':>13} "
             f"{e['mean_return']:>7.2f} {e['mean_length']:>7.1f}"
+            + (f" {e['nominal_success_rate']:>8.2f}" if nominal else "")
         )

@@ -1,5 +1,6 @@
 """The main job end to end, tiny budgets: it learns, it resumes after SIGKILL, bad actions never reach MuJoCo."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,10 +18,12 @@ from omegaconf import OmegaConf
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.cli import main
+from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
+from robot_rl.loop import trainer
 from robot_rl.loop.actor import Actor
-from robot_rl.sim.config import EnvConfig
+from robot_rl.sim.config import EnvConfig, nominal
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +65,34 @@ def test_eval_nominal_drops_the_training_randomisation_and_keeps_what_the_policy
 
     assert episodes(randomised, "--nominal") == episodes(plain)
     assert episodes(randomised) != episodes(plain)
+
+
+def test_a_randomised_run_is_judged_on_the_nominal_scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each evaluation of a `robust` run also runs its episodes on the nominal scene, and the stop rule, the best
+    evaluation and the final success read that one: rigged so the randomised scene passes stop_at_success and the
+    nominal one fails, the run does not stop."""
+    calls = []
+
+    def rigged(env, policy, episodes: int, seed: int):
+        rand = env.unwrapped.cfg.randomization
+        calls.append((rand == nominal(rand), episodes, seed))
+        return dataclasses.replace(evaluate(env, policy, episodes, seed=seed), success_rate=float(not calls[-1][0]))
+
+    monkeypatch.setattr(trainer, "evaluate", rigged)
+    summary = json.loads(trainer.train(load_config([
+        f"run_dir={tmp_path}", "randomization=robust", "loop.env_steps=200", "loop.eval_every=100",
+        "loop.eval_episodes=2", "loop.final_eval_episodes=2", "demos.n_episodes=2", "loop.checkpoint_every=0",
+        "profile=cpu",
+    ])).read_text())  # fmt: skip
+    assert summary["env_steps"] == 200  # not stopped at 100 by the randomised 1.0
+    evals = [json.loads(line) for line in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    assert [(e["env_steps"], e["success_rate"], e["nominal_success_rate"]) for e in evals] == [
+        (100, 1.0, 0.0), (200, 1.0, 0.0), (200, 1.0, 0.0)]  # fmt: skip
+    assert all(e["episodes"] == e["nominal_episodes"] == 2 for e in evals)
+    assert calls == [(False, 2, 1_000_000), (True, 2, 1_000_000)] * 3  # the same episodes on both scenes
+    assert summary["final_success_rate"] == 0.0 and summary["final_success_rate_randomized"] == 1.0
+    counters = json.loads((tmp_path / "checkpoints" / "final" / "counters.json").read_text())
+    assert counters["best_eval_success"] == 0.0
 
 
 def test_resume_after_sigkill(tmp_path: Path) -> None:

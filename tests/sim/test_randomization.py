@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import mujoco
 import numpy as np
+import pytest
 
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
 from robot_rl.sim.config import nominal
+from robot_rl.sim.rendering import CameraRenderer, gl_available
 from robot_rl.types import EE_FORCE_UNIT_N
 
 
@@ -185,3 +187,44 @@ def test_noise_arm_gains_and_far_starts_reach_the_env() -> None:
         errors.append(obs["state"][u.state_layout["cube_pos"]] - cube)
     assert 0.001 < np.std(errors) < 0.005
     assert kp == 1000.0 and u.model.actuator("tcp_x").biasprm[1] == -1000.0
+
+
+# The colours the scene names: the table's material (sim/assets/scene_common.xml) and the cube's rgba (pick_cube.xml).
+BROWN, RED = np.array([0.55, 0.45, 0.35]), np.array([0.85, 0.15, 0.15])
+
+
+def _painted(cam: CameraRenderer, env, geom: int, rgb: np.ndarray) -> np.ndarray:
+    """The front image with `geom` in `rgb`; a geom rgba other than MuJoCo's default grey overrides its material."""
+    m = env.unwrapped.model
+    kept = m.geom_rgba[geom].copy()
+    m.geom_rgba[geom, :3] = rgb
+    img = cam.render(env.unwrapped.data)["front"].astype(float)
+    m.geom_rgba[geom] = kept
+    return img
+
+
+@pytest.mark.skipif(not gl_available(), reason="no headless OpenGL backend (EGL or OSMesa) works here")
+def test_colour_jitter_keeps_the_table_brown_and_the_cube_red() -> None:
+    # Regression (#27): the jitter wrote the table geom's rgba, and MuJoCo then drew that (0.5 +- jitter grey) instead
+    # of the geom's brown material, so randomised runs trained on grey tables.
+    jitter = load_config(["randomization=robust"]).env.randomization.color_jitter
+    env = make_env(EnvConfig(randomization=RandomizationConfig(color_jitter=jitter)), seed=0)
+    m = env.unwrapped.model
+    cam = CameraRenderer(m, ("front",), 64)
+    seen: dict[str, list[np.ndarray]] = {"table": [], "cube": []}
+    for seed in range(4):
+        env.reset(seed=seed)
+        shown = cam.render(env.unwrapped.data)["front"].astype(float)
+        for name, rgb in (("table", BROWN), ("cube", RED)):
+            g = m.geom(name).id
+            lo, hi = _painted(cam, env, g, rgb - jitter), _painted(cam, env, g, rgb + jitter)
+            region = np.abs(hi - lo).max(axis=-1) > 2  # the pixels that show the geom
+            mean, lo_mean, hi_mean = (x[region].mean(axis=0) for x in (shown, lo, hi))
+            assert np.all(lo_mean - 0.5 <= mean) and np.all(mean <= hi_mean + 0.5), (name, seed, lo_mean, mean, hi_mean)
+            seen[name].append(mean)
+            if name == "table":  # the bug's table, 0.5 +- jitter grey, is bluer than any brown in the range
+                grey = _painted(cam, env, g, np.full(3, 0.5 - jitter))[region].mean(axis=0)
+                assert mean[2] < grey[2], (seed, mean, grey)
+    cam.close()
+    for name, means in seen.items():
+        assert np.ptp(means, axis=0).max() > 1.0, name  # the jitter changes the colour from episode to episode
