@@ -191,12 +191,22 @@ def cmd_eval(args: list[str]) -> int:
         action="store_true",
         help="without the run's domain randomisation (what the policy observes stays as trained)",
     )
+    p.add_argument("--blank", action="append", default=[], metavar="CAMERA",
+                   help="this camera's frames come black (repeatable): how the policy does without it")  # fmt: skip
+    p.add_argument("--per-camera", action="store_true",
+                   help="success with all cameras, then with each blanked in turn: what each one carries")  # fmt: skip
     ns = p.parse_args(args)
     if ns.episodes < 1:
         raise UserError(f"--episodes {ns.episodes}: must be >= 1")
-    from robot_rl.evaluation import evaluate_checkpoint
+    from robot_rl.evaluation import camera_reliance, evaluate_checkpoint
 
-    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed, ns.nominal)
+    if ns.per_camera:
+        rows = camera_reliance(ns.checkpoint, ns.episodes, ns.seed, ns.nominal)
+        for r in rows:
+            print(f"blanked {r['blanked']:>8}: success {r['success_rate']:.2f}  kept {r['kept']:.2f}", file=sys.stderr)
+        print(json.dumps(rows, indent=1))
+        return 0
+    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed, ns.nominal, ns.blank)
     summary.pop("per_episode")
     print(json.dumps(summary, indent=1))
     return 0

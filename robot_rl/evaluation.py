@@ -172,11 +172,28 @@ def aggregate_runs(run_dirs: Sequence[Path]) -> dict:
     }
 
 
+class BlankCameras(gym.ObservationWrapper):
+    """These cameras' frames come black: what a policy does with one camera gone shows how much it relies on it (a
+    policy that reads only its wrist camera loses nothing when the front one moves, and everything when it fails)."""
+
+    def __init__(self, env: gym.Env, cameras: Sequence[str]) -> None:
+        super().__init__(env)
+        unknown = sorted(set(cameras) - set(env.observation_space.spaces))
+        if unknown:
+            from robot_rl.errors import UserError
+
+            raise UserError(f"cannot blank {unknown}: the policy observes {sorted(env.observation_space.spaces)}")
+        self.cameras = tuple(cameras)
+
+    def observation(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: np.zeros_like(v) if k in self.cameras else v for k, v in obs.items()}
+
+
 def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000,
-                        nominal: bool = False) -> dict:  # fmt: skip
-    """Runs a checkpoint's policy in its task, under its training randomisation or (`nominal`) none, and, with
-    `video_dir`, writes one mp4 per episode (cameras side by side with the step/action/reward overlay of `robot-rl
-    replay`)."""
+                        nominal: bool = False, blank: Sequence[str] = ()) -> dict:  # fmt: skip
+    """Runs a checkpoint's policy in its task, under its training randomisation or (`nominal`) none, with the
+    `blank` cameras black, and, with `video_dir`, writes one mp4 per episode (cameras side by side with the
+    step/action/reward overlay of `robot-rl replay`: what the policy saw)."""
     from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
     from robot_rl.envs import make_env
@@ -196,6 +213,8 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
     env = agent_env(cfg, make_env(env_cfg))
+    if blank:
+        env = BlankCameras(env, blank)
     policy, _ = load_policy(ckpt)
     rollouts = []
     for ep in range(episodes):
@@ -211,6 +230,7 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
         "checkpoint": str(ckpt),
         "task": cfg.env.task,
         "randomization": "nominal" if nominal else "as trained",
+        "blanked_cameras": list(blank),
         "episodes": episodes,
         "success_rate": res.success_rate,
         "success_ci": res.success_ci,
@@ -236,3 +256,24 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
         Path(video_dir).mkdir(parents=True, exist_ok=True)
         (Path(video_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def camera_reliance(ckpt: Path, episodes: int, seed: int = 2_000_000, nominal: bool = False) -> list[dict]:
+    """Success with all cameras, then with each one blanked in turn, on the same episodes: how much each carries."""
+    from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, resolve_checkpoint
+
+    folder = resolve_checkpoint(ckpt)
+    cameras = checkpoint_layouts(folder, checkpoint_config(folder))["policy"].cameras
+    if not cameras:
+        from robot_rl.errors import UserError
+
+        raise UserError(f"{ckpt}: the policy observes no camera (obs=state), so there is none to blank")
+    rows = []
+    for blank in ((), *((c,) for c in cameras)):
+        r = evaluate_checkpoint(ckpt, episodes, seed=seed, nominal=nominal, blank=blank)
+        rows.append({"blanked": blank[0] if blank else "none", "success_rate": r["success_rate"],
+                     "success_ci": r["success_ci"]})  # fmt: skip
+    full = rows[0]["success_rate"]
+    for row in rows:
+        row["kept"] = row["success_rate"] / full if full else float("nan")
+    return rows
