@@ -9,14 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robot_rl.real.safety import (
-    KeepOutBox,
-    RobotState,
-    SafetyConfig,
-    SafetyFilter,
-    quat_angle,
-    quat_normalize,
-)
+from robot_rl.limits import KeepOutBox, SafetyConfig, quat_angle
+from robot_rl.real.safety import RobotState, SafetyFilter, quat_normalize
 
 DT = 0.1
 CFG = SafetyConfig(
