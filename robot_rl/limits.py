@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 Vec3 = tuple[float, float, float]
+# A cut smaller than this (metres, radians) is float rounding, e.g. a command the limits already shaped, shaped again
+# from `pos + delta`: it is applied, but not reported as a reason.
+REPORT_TOL = 1e-9
 
 
 @dataclass
@@ -101,31 +104,31 @@ class Limiter:
     ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
         """(step, orientation, reasons): the step from the measured `pos` towards `target_pos` and the orientation
         from the measured `quat` towards `target_quat` (unit, w x y z) that may be commanded, and which limits cut.
-        Hard limits (workspace, keep-out) come after the acceleration clamp and win over it, as on a real arm."""
+        Hard limits (workspace, keep-out) come after the acceleration clamp and win over it, as on a real arm.
+        What it returns passes it again uncut from the same state wherever the arm may stop within one step
+        (`max_acceleration` * dt >= the step's speed limit), so a sim command is one the arm's filter leaves alone."""
         reasons: list[str] = []
         dt, limit = self.dt, self.step_limit
         with np.errstate(over="ignore"):
             wanted = np.clip(target_pos - pos, -1e6, 1e6)  # keeps the norm finite for inputs like 1e308
-        delta = clip_norm(wanted, limit)
-        if not np.array_equal(delta, wanted):
-            reasons.append("step_limit")
+        delta = _cut(reasons, "step_limit", wanted, clip_norm(wanted, limit))
         # Acceleration: move from the previous step's displacement towards the wanted one by at most a_max*dt^2.
         # Both ends are within `limit`, so the result is too (the ball is convex).
         prev, radius = self.prev_vel * dt, self.cfg.max_acceleration * dt * dt
         if np.linalg.norm(change := delta - prev) > radius:
-            delta = prev + clip_norm(change, radius)
-            reasons.append("acceleration")
+            delta = _cut(reasons, "acceleration", delta, prev + clip_norm(change, radius))
         # Workspace: projection never lengthens a step that starts inside.
         clipped = np.clip(pos + delta, self.lo, self.hi)
         if not np.array_equal(clipped, pos + delta):
             inside = bool((pos >= self.lo).all() and (pos <= self.hi).all())
-            delta = clipped - pos if inside else clip_norm(clipped - pos, limit)
-            reasons.append("workspace")
+            stop = _brake(clipped - pos, prev, radius) if inside else clip_norm(clipped - pos, limit)
+            delta = _cut(reasons, "workspace", delta, stop)
         delta = self._keep_out(pos, delta, reasons)
         angle = quat_angle(quat, target_quat)
         if angle > self.cfg.max_rotation_step:
             target_quat = slerp(quat, target_quat, self.cfg.max_rotation_step / angle)
-            reasons.append("rotation_limit")
+            if angle > self.cfg.max_rotation_step + REPORT_TOL:
+                reasons.append("rotation_limit")
         self.prev_vel = delta / dt
         return delta, target_quat, tuple(reasons)
 
@@ -162,3 +165,21 @@ class Limiter:
             g = min(prev + d, max(prev - d, g))
         self.prev_gripper = g
         return g
+
+
+def _brake(step: np.ndarray, prev: np.ndarray, radius: float) -> np.ndarray:
+    """`step` shortened along itself until it is within `radius` of `prev` (the acceleration limit), where stopping
+    is (|prev| <= radius): a workspace stop that slides along a face then brakes no harder than the limit allows, so
+    every command lies inside every limit and passes them again unchanged. Otherwise the stop wins, unshortened."""
+    if not step.any() or np.linalg.norm(step - prev) <= radius or np.linalg.norm(prev) > radius + REPORT_TOL:
+        return step
+    sp, ss = float(step @ prev), float(step @ step)  # largest t with |t * step - prev| = radius; 0 <= t < 1
+    t = (sp + math.sqrt(max(0.0, sp * sp - ss * (float(prev @ prev) - radius * radius)))) / ss
+    return step * min(1.0, max(0.0, t))
+
+
+def _cut(reasons: list[str], why: str, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """`after`, noting `why` when it differs from `before` by more than rounding."""
+    if float(np.abs(after - before).max()) > REPORT_TOL:
+        reasons.append(why)
+    return after
