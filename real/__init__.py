@@ -5,8 +5,9 @@ Modules: `safety` (SafetyFilter, Watchdog), `config` (RobotConfig, configs/robot
 conversions), `timing` (absolute-deadline rate keeping), `robot` (RobotEnv), `sim_robot`, `deploy`.
 """
 
+from robot_rl.limits import SafetyConfig
 from robot_rl.real.config import RobotConfig, load_robot_config
-from robot_rl.real.safety import RobotState, SafeCommand, SafetyConfig, SafetyFilter, Watchdog
+from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter, Watchdog
 
 __all__ = [
     "RobotConfig",

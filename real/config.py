@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from robot_rl.errors import UserError
-from robot_rl.real.safety import SafetyConfig
+from robot_rl.limits import SafetyConfig
 
 ROBOTS = ("sim", "franka", "ur5e")
 COMMAND_TYPES = ("pose", "twist")

@@ -12,6 +12,9 @@ property tests in tests/real/test_safety.py:
 * the acceleration clamp holds for every policy-driven step; safety stops (workspace, keep-out, hold) take
   priority over it, as on a real arm, where the impedance controller does the braking.
 
+The limits themselves are `robot_rl.limits.Limiter`, which a sim run with `env.limits=<robot>` applies too; this
+module adds what only a robot has: validation, faults, the watchdog and holds.
+
 Faults that mean "a human must look" (stale state, missing actions, e-stop, TCP outside the workspace or inside a
 keep-out box, a joint near its limit) latch a hold until `reset()`; a single non-finite action only holds that
 step. A hold targets the measured pose (a pose controller stays put, a servo gets zero twist); without a valid
@@ -21,40 +24,11 @@ measured pose the command carries no target at all, so nothing can be published 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-Vec3 = tuple[float, float, float]
-
-
-@dataclass
-class KeepOutBox:
-    """An axis-aligned box (metres, robot base frame) the TCP must never enter: a fixture, a camera, a person."""
-
-    lo: Vec3 = (0.0, 0.0, 0.0)
-    hi: Vec3 = (0.0, 0.0, 0.0)
-
-
-@dataclass
-class SafetyConfig:
-    workspace_lo: Vec3 = (0.3, -0.25, 0.01)
-    workspace_hi: Vec3 = (0.7, 0.25, 0.3)
-    # The measured TCP may sit this far outside the box (tracking error) before it is a latched fault.
-    workspace_tolerance: float = 0.01
-    keep_out: list[KeepOutBox] = field(default_factory=list)
-    keep_out_clearance: float = 0.002  # stop this far (along the motion) before a keep-out box
-    max_translation_step: float = 0.05  # metres per control step (norm)
-    max_rotation_step: float = 0.1  # radians per control step
-    max_velocity: float = 0.5  # m/s of the commanded TCP motion
-    max_acceleration: float = 10.0  # m/s^2 between consecutive policy-driven steps
-    gripper_max_delta: float = 1.0  # fraction of the full opening per step
-    # Joint limits in `RobotConfig.joint_names` order; empty disables the check.
-    joint_lower: list[float] = field(default_factory=list)
-    joint_upper: list[float] = field(default_factory=list)
-    joint_margin: float = 0.05  # radians from a limit that already counts as a fault
-    state_timeout_s: float = 0.2  # newest robot state older than this => latched hold
-    action_timeout_s: float = 0.5  # no new action for this long => latched hold (where actions are watched)
+from robot_rl.limits import Limiter, SafetyConfig
 
 
 @dataclass
@@ -129,11 +103,6 @@ def _fmt(v: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
 
 
-def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:
-    n = float(np.linalg.norm(v))
-    return v * (limit / n) if n > limit else v
-
-
 def quat_normalize(q: np.ndarray) -> np.ndarray | None:
     q = np.asarray(q, dtype=np.float64)
     if q.shape != (4,) or not np.isfinite(q).all():
@@ -141,11 +110,6 @@ def quat_normalize(q: np.ndarray) -> np.ndarray | None:
     with np.errstate(over="ignore"):  # 1e300-sized garbage overflows to inf and is rejected below
         n = float(np.linalg.norm(q))
     return q / n if 1e-6 < n < 1e6 else None
-
-
-def quat_angle(a: np.ndarray, b: np.ndarray) -> float:
-    """Rotation angle between two unit quaternions (q and -q are the same rotation)."""
-    return 2.0 * math.acos(min(1.0, abs(float(np.dot(a, b)))))
 
 
 def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -170,42 +134,12 @@ def rotvec_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return d[1:] / s * 2.0 * math.atan2(s, d[0])
 
 
-def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
-    if float(np.dot(a, b)) < 0:
-        b = -b
-    omega = math.acos(min(1.0, float(np.dot(a, b))))
-    if omega < 1e-9:
-        return a.copy()
-    out = (math.sin((1 - t) * omega) * a + math.sin(t * omega) * b) / math.sin(omega)
-    return out / np.linalg.norm(out)
-
-
-def segment_box_entry(p: np.ndarray, d: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float | None:
-    """Smallest t in [0, 1] where p + t*d is in the closed box, or None (slab method)."""
-    t0, t1 = 0.0, 1.0
-    for i in range(3):
-        if abs(d[i]) < 1e-15:
-            if p[i] < lo[i] or p[i] > hi[i]:
-                return None
-            continue
-        a, b = (lo[i] - p[i]) / d[i], (hi[i] - p[i]) / d[i]
-        t0, t1 = max(t0, min(a, b)), min(t1, max(a, b))
-        if t0 > t1:
-            return None
-    return t0
-
-
-class SafetyFilter:
+class SafetyFilter(Limiter):
     """Stateful (previous command, watchdog) filter for one robot at one control period `dt`."""
 
     def __init__(self, cfg: SafetyConfig, dt: float) -> None:
-        self.cfg, self.dt = cfg, dt
-        self.lo, self.hi = np.asarray(cfg.workspace_lo, float), np.asarray(cfg.workspace_hi, float)
-        self.boxes = [(np.asarray(b.lo, float), np.asarray(b.hi, float)) for b in cfg.keep_out]
-        self.step_limit = min(cfg.max_translation_step, cfg.max_velocity * dt)
+        super().__init__(cfg, dt)
         self.watchdog = Watchdog(cfg.state_timeout_s, cfg.action_timeout_s)
-        self.prev_vel = np.zeros(3)
-        self.prev_gripper: float | None = None
         self.holds = 0
         self.rejected = 0  # non-finite or malformed actions
 
@@ -219,8 +153,7 @@ class SafetyFilter:
     def reset(self) -> None:
         """After a human (or the reset routine) has made the robot safe again."""
         self.watchdog.reset()
-        self.prev_vel = np.zeros(3)
-        self.prev_gripper = None
+        super().reset()
 
     def _valid_state(self, s: RobotState) -> tuple[np.ndarray, np.ndarray] | None:
         pos = np.asarray(s.tcp_pos, dtype=np.float64)
@@ -250,33 +183,17 @@ class SafetyFilter:
                 return f"joint_limit: joints {np.flatnonzero(near).tolist()} within {c.joint_margin} rad"
         return None
 
-    def _gripper(self, want: float, measured: float) -> float | None:
-        """Clip to [0, 1] and rate-limit against the last command (or the measured opening before the first)."""
-        prev = self.prev_gripper
-        if prev is None and math.isfinite(measured):
-            prev = min(1.0, max(0.0, measured))
-        if not math.isfinite(want):
-            want = prev if prev is not None else math.nan
-        if not math.isfinite(want):
-            return None  # nothing known: sending "open" could drop what the gripper holds
-        g = min(1.0, max(0.0, want))
-        if prev is not None:
-            d = self.cfg.gripper_max_delta
-            g = min(prev + d, max(prev - d, g))
-        self.prev_gripper = g
-        return g
-
     def hold(self, state: RobotState | None, reason: str) -> SafeCommand:
         """Stay where the robot is (if its pose is known and allowed), keep the gripper as commanded."""
         self.holds += 1
-        self.prev_vel = np.zeros(3)
+        self.stop()
         pose = self._valid_state(state) if state is not None else None
         if pose is not None and self._pose_fault(pose[0]) is None:
             pos, quat = pose
         else:
             pos = quat = None
         measured = float(state.gripper) if state is not None else math.nan
-        g = self._gripper(math.nan, measured)
+        g = self.gripper(math.nan, measured)
         return SafeCommand(pos, quat, g, np.zeros(3), np.zeros(3), True, (reason,))
 
     def filter(
@@ -312,45 +229,13 @@ class SafetyFilter:
             self.rejected += 1
             return self.hold(state, "non_finite_action")
 
-        reasons: list[str] = []
-        dt, limit = self.dt, self.step_limit
-        with np.errstate(over="ignore"):
-            wanted = np.clip(tp - pos, -1e6, 1e6)  # keeps the norm finite for inputs like 1e308
-        delta = _clip_norm(wanted, limit)
-        if not np.array_equal(delta, wanted):
-            reasons.append("step_limit")
-        # Acceleration: move from the previous step's displacement towards the wanted one by at most a_max*dt^2.
-        # Both ends are within `limit`, so the result is too (the ball is convex).
-        prev, radius = self.prev_vel * dt, self.cfg.max_acceleration * dt * dt
-        change = delta - prev
-        if np.linalg.norm(change) > radius:
-            delta = prev + _clip_norm(change, radius)
-            reasons.append("acceleration")
-        # Hard limits: workspace (projection never lengthens a step that starts inside), then keep-out boxes.
-        inside = bool((pos >= self.lo).all() and (pos <= self.hi).all())
-        clipped = np.clip(pos + delta, self.lo, self.hi)
-        if not np.array_equal(clipped, pos + delta):
-            reasons.append("workspace")
-            delta = _clip_norm(clipped - pos, limit) if not inside else clipped - pos
-        norm = float(np.linalg.norm(delta))
-        for lo, hi in self.boxes:
-            t = segment_box_entry(pos, delta, lo, hi) if norm > 0 else None
-            if t is not None:
-                t = max(0.0, t - self.cfg.keep_out_clearance / norm)
-                delta = delta * t
-                norm = float(np.linalg.norm(delta))
-                reasons.append("keep_out")
-        angle = quat_angle(quat, tq)
-        if angle > self.cfg.max_rotation_step:
-            tq = slerp(quat, tq, self.cfg.max_rotation_step / angle)
-            reasons.append("rotation_limit")
-        self.prev_vel = delta / dt
+        delta, tq, reasons = self.pose(pos, quat, tp, tq)
         return SafeCommand(
             pos + delta,
             tq,
-            self._gripper(g_want, float(state.gripper)),
-            delta / dt,
-            rotvec_between(quat, tq) / dt,
+            self.gripper(g_want, float(state.gripper)),
+            delta / self.dt,
+            rotvec_between(quat, tq) / self.dt,
             False,
-            tuple(reasons),
+            reasons,
         )

@@ -61,6 +61,7 @@ COMMON_KEYS = {
     "intervention.device": "a teleop device takes over instead (spacemouse|gamepad|keyboard|simulated; robot runs)",
     "reward.source": "env | classifier (a learned success detector, as on a robot)",
     "reward.classifier_path": "a robot run's classifier (`robot-rl classifier train` on labelled frames)",
+    "env.limits": "cut the sim's commands as this robot's safety layer will (franka | ur5e | a robot yaml)",
     "sac.utd": "critic updates per env step",
     "loop.num_envs": "envs one batched actor steps (sim=maniskill; PhysX GPU with CUDA)",
     "loop.overlap": "learner updates in a thread while the actor steps (profile=gpu; not bit-reproducible)",

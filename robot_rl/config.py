@@ -14,13 +14,14 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from robot_rl.algos.dsrl import DSRLConfig
 from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SACConfig
 from robot_rl.errors import ConfigError
 from robot_rl.policies.chunked import ChunkPolicyConfig
-from robot_rl.real.config import RobotConfig
+from robot_rl.real.config import ROBOTS, RobotConfig, UnknownRobotError, load_robot_config
 from robot_rl.sim.config import (
     ARMS,
     OBS_FRAMES,
@@ -218,6 +219,19 @@ def _sim_problem(cfg: TrainConfig) -> str:
     if cfg.env.sim in ("gym", "maniskill") and not is_default(cfg.env.randomization):
         return (f"env.randomization applies to the MuJoCo tasks; leave it at its default with sim={cfg.env.sim} "
                 "(randomization=none)")  # fmt: skip
+    return _limits_problem(cfg.env.limits, cfg.env.sim) if cfg.env.limits else ""
+
+
+def _limits_problem(name: str, sim: str) -> str:
+    """Whether `env.limits` names a robot config that loads, for a sim whose commands it can cut."""
+    if sim in ("gym", "maniskill"):
+        return f"env.limits cuts the MuJoCo tasks' commands; sim={sim} envs keep their own controllers"
+    try:
+        load_robot_config(name)
+    except UnknownRobotError:
+        return f"env.limits={name}: expected one of {' | '.join(ROBOTS)} or a robot yaml file"
+    except (ValueError, OmegaConfBaseException) as e:
+        return f"env.limits={name}: {' '.join(str(e).split())}"
     return ""
 
 
@@ -252,6 +266,8 @@ def _robot_problem(cfg: TrainConfig) -> str:
         return f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})"
     if cfg.env.obs == "both":
         return f"{where}: obs=both adds the object's pose, which a robot does not measure: use obs=state or pixels"
+    if cfg.env.limits:
+        return f"{where}: env.limits cuts the simulator's commands; on the arm its own safety layer does (drop it)"
     if cfg.env.sim not in ("auto", "mujoco") or not is_default(cfg.env.randomization):
         return (f"{where}: env.sim and env.randomization are the simulator's; a robot run steps the arm as it is "
                 "(leave them at their defaults)")  # fmt: skip
@@ -300,7 +316,6 @@ def load_config(overrides: list[str]) -> TrainConfig:
     import torch
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     register_configs()
     keys = [o for o in overrides if o.startswith("robot.")]

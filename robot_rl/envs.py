@@ -3,7 +3,8 @@ or a robot behind its ROS 2 topics (`real/RobotEnv`), chosen by config; `make_ve
 batch (`loop.num_envs`).
 
 Train, eval, collect, replay, deploy and the nodes build their envs here, so a run with `robot=<name>` steps the arm
-behind that robot config wherever a sim run would step MuJoCo; the learner never knows which.
+behind that robot config wherever a sim run would step MuJoCo; the learner never knows which. A sim run with
+`env.limits=<name>` steps MuJoCo inside that robot's safety limits instead (a robot run has its safety layer).
 
 On a robot the policy observes what a real cell measures (`real.robot.proprio_layout`: TCP pose, gripper, joint
 positions and velocities) plus the configured cameras with their crops; never the object's pose, which only a
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
+from robot_rl.real.config import load_robot_config
 from robot_rl.sim.config import HELD_GRIP, task_episode_steps
 from robot_rl.types import ObsLayout
 
@@ -56,7 +58,7 @@ def make_env(
     if robot is None:
         from robot_rl.sim.envs import make_sim_env
 
-        return make_sim_env(cfg, seed)
+        return make_sim_env(cfg, seed, load_robot_config(cfg.limits).safety if cfg.limits else None)
     from robot_rl.real.robot import RobotEnv
 
     env = RobotEnv(robot, layout or robot_layout(cfg, robot), max_episode_steps=task_episode_steps(cfg),

@@ -146,6 +146,10 @@ class EnvConfig:
     # "The observation frame"). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill and gym
     # envs keep their own layouts.
     obs_frame: str = "relative"
+    # A robot config (franka | ur5e | sim | a robot yaml) whose safety limits cut every command as that arm's safety
+    # layer will: step, speed, acceleration, workspace, rotation and gripper rate (robot_rl/limits.py), at this env's
+    # control rate. A policy then learns the arm it will run on. "": the task workspace only (MuJoCo tasks).
+    limits: str = ""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 

@@ -2,7 +2,9 @@
 
 Control: the action moves a target pose (a mocap body) relative to the measured TCP; the arm follows it through a
 Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
-sim/assets/panda.xml. One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
+sim/assets/panda.xml. With `env.limits` a robot's safety limits cut every command (target, orientation, gripper) as
+that robot's safety layer will (`robot_rl.limits.Limiter`); the action and the observation stay as they are.
+One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
 (sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
 `safety_failure` (the end-effector force limit tripped; the episode ends, rewarded `safety_reward`; other steps
 short of success pay `force_cost`) and the episode's contact peaks.
@@ -36,6 +38,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.limits import Limiter, SafetyConfig
 from robot_rl.sim.config import ARMS, EPISODE_STEPS, HELD_GRIP, OBS_FRAMES, OBS_MODES, TASKS, EnvConfig, is_default
 from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymEnv
@@ -81,7 +84,10 @@ class PandaEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, cfg: EnvConfig) -> None:
+    def __init__(self, cfg: EnvConfig, limits: SafetyConfig | None = None) -> None:
+        """`limits`: the safety limits of the robot `cfg.limits` names (`robot_rl.envs.make_env` loads them)."""
+        if bool(cfg.limits) != (limits is not None):
+            raise ValueError(f"env.limits={cfg.limits!r} needs that robot's limits: build the env with make_env")
         if cfg.task not in _TASKS:
             raise ValueError(f"unknown task {cfg.task!r}; expected one of {TASKS}")
         if cfg.obs not in OBS_MODES:
@@ -158,6 +164,8 @@ class PandaEnv(gym.Env):
         self._past = np.zeros((cfg.randomization.action_history, self.action_dim))
         self._obs_queue: deque[dict[str, np.ndarray]] = deque()  # observations waiting out `obs_delay`
         self.contacts = ContactMonitor(m, self.n_substeps)
+        # The safety layer's limits, at the control period a robot run at `control_hz` gives its safety layer.
+        self._limiter = Limiter(limits, 1.0 / cfg.control_hz) if limits is not None else None
 
     # ----------------------------------------------------------------------------------------- gym API
 
@@ -202,7 +210,10 @@ class PandaEnv(gym.Env):
         self._prev_tcp = d.site_xpos[self._tcp_id].copy()
         self._t = 0
         grip = -1.0 if self.held_grip is None else self.held_grip  # the gripper as the episode starts
-        self._latency = deque((start.copy(), 0.0, grip) for _ in range(self._randomizer.latency))  # hold
+        hold = (start, down_quat(0.0), 0.5 * (1.0 - grip))  # (target, orientation, opening) at rest
+        self._latency = deque(hold for _ in range(self._randomizer.latency))
+        if self._limiter is not None:
+            self._limiter.reset()
         self._past[:] = 0.0
         self._past[:, -1] = grip  # "hold", what the latency queue starts with
         self.contacts.reset()
@@ -224,12 +235,7 @@ class PandaEnv(gym.Env):
 
         d = self.data
         tcp = d.site_xpos[self._tcp_id]
-        # Relative to the measured TCP, not the previous target: the policy sees the TCP, so the
-        # dynamics stay Markov in what it observes (SERL's relative-frame actions).
-        target = np.clip(tcp + a[:3] * self.cfg.max_step, self._ws_lo, self._ws_hi)
-        if self.cfg.yaw:
-            self._yaw = min(max(self._yaw + a[3] * self.cfg.max_yaw_step, -self._yaw_limit), self._yaw_limit)
-        command = (target, self._yaw, float(a[-1]))
+        command = self._command(tcp, a)
         if len(self._past):
             self._past[1:] = self._past[:-1].copy()
             self._past[0] = a
@@ -239,14 +245,11 @@ class PandaEnv(gym.Env):
             # instead turns a full-gain controller into a marginally stable oscillator (x' = x + g - x_prev).
             self._latency.append(command)
             command = self._latency.popleft()
-        target, yaw, grip = command
+        target, quat, opening = command
         self._target = target
         d.mocap_pos[self._mocap_id] = target
-        if self.cfg.yaw:
-            d.mocap_quat[self._mocap_id] = down_quat(yaw)
-        # Proportional, not a switch: a critic gets no gradient through a step function. Any command > 0 closes past
-        # a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube; a held grip (PegInsert) stays closed.
-        d.ctrl[self._finger_act] = 0.5 * FINGER_OPEN * (1.0 - grip)
+        d.mocap_quat[self._mocap_id] = quat
+        d.ctrl[self._finger_act] = FINGER_OPEN * opening
         self._prev_tcp[:] = tcp
         m, mon = self.model, self.contacts
         for k in range(self.n_substeps):
@@ -310,6 +313,29 @@ class PandaEnv(gym.Env):
 
     # ---------------------------------------------------------------------------------------- internals
 
+    def _command(self, tcp: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(TCP target, orientation, gripper opening) of the clipped action `a`; with `env.limits` cut from the
+        measured TCP, orientation and opening as the robot's safety layer cuts a robot's command."""
+        # Relative to the measured TCP, not the previous target: the policy sees the TCP, so the
+        # dynamics stay Markov in what it observes (SERL's relative-frame actions).
+        target = np.clip(tcp + a[:3] * self.cfg.max_step, self._ws_lo, self._ws_hi)
+        if self.cfg.yaw:
+            self._yaw = min(max(self._yaw + a[3] * self.cfg.max_yaw_step, -self._yaw_limit), self._yaw_limit)
+        # Proportional, not a switch: a critic gets no gradient through a step function. Any command > 0 closes past
+        # a cube up to 4 cm wide, so "> 0 grasps" holds for the nominal cube; a held grip (PegInsert) stays closed.
+        quat, opening = down_quat(self._yaw), 0.5 * (1.0 - float(a[-1]))
+        if self._limiter is None:
+            return target, quat, opening
+        measured = np.zeros(4)
+        mujoco.mju_mat2Quat(measured, self.data.site_xmat[self._tcp_id])
+        step, quat, _ = self._limiter.pose(tcp, measured, target, quat)
+        opening = self._limiter.gripper(opening, self._opening())  # a float: the sim always measures its gripper
+        return tcp + step, quat, opening
+
+    def _opening(self) -> float:
+        """The gripper's measured opening, 0 closed .. 1 open."""
+        return float(self.data.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN))
+
     def _make_layout(self) -> dict[str, slice]:
         origin = "tcp_minus_hole_top" if self._peg else "tcp_minus_cube_start"
         parts: list[tuple[str, int]] = [(origin if self._relative else "tcp_pos", 3)]
@@ -360,7 +386,7 @@ class PandaEnv(gym.Env):
         parts = {
             "tcp_pos": tcp,
             "ee_yaw_sin_cos": np.array([xmat[3], xmat[0]]),
-            "gripper_opening": np.array([d.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN)]),
+            "gripper_opening": np.array([self._opening()]),
             "tcp_vel": (tcp - self._prev_tcp) / self.control_dt,
             "last_actions": self._past.ravel(),
             "ee_force": ee_force_feature(self.contacts.ee_force),
@@ -451,14 +477,16 @@ class PandaEnv(gym.Env):
         return d.qpos[ARM_DOFS].copy()
 
 
-def make_sim_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
-    """The simulator env of `cfg` (built through `robot_rl.envs.make_env`, the one entry point); with a seed, its
-    first reset and its action space are seeded."""
+def make_sim_env(cfg: EnvConfig, seed: int | None = None, limits: SafetyConfig | None = None) -> gym.Env:
+    """The simulator env of `cfg` (built through `robot_rl.envs.make_env`, the one entry point), within `limits`
+    (those of the robot `cfg.limits` names); with a seed, its first reset and its action space are seeded."""
     from robot_rl.sim.maniskill import is_maniskill_task, make_maniskill_env  # numpy-only until it builds one
 
     sim = cfg.sim if cfg.sim != "auto" else ("maniskill" if is_maniskill_task(cfg.task) else "mujoco")
     if sim not in ("mujoco", "maniskill", "gym"):
         raise ValueError(f"unknown sim {cfg.sim!r}; expected mujoco, maniskill, gym or auto")
+    if cfg.limits and sim != "mujoco":
+        raise ValueError(f"env.limits cuts the MuJoCo tasks' commands; sim={sim} envs keep their own controllers")
     if sim == "gym":
         if not is_default(cfg.randomization):
             raise ValueError("env.randomization applies to the MuJoCo tasks; leave it at its default with sim=gym")
@@ -476,7 +504,7 @@ def make_sim_env(cfg: EnvConfig, seed: int | None = None) -> gym.Env:
             "env.randomization applies to the MuJoCo tasks; ManiSkill tasks randomise their own scenes, so leave it "
             "at its default (randomization=none)"
         )
-    env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg)
+    env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg, limits)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)

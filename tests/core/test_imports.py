@@ -31,7 +31,8 @@ PACKAGE_DIRS = {
 # Lowest first. A module may import its own layer and those below; its layer is its longest matching prefix.
 # Layers that must not meet at all, whatever their order (sim and learning, ...), are in FORBIDDEN.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("robot_rl.types", "robot_rl.errors", "robot_rl.hardware", "robot_rl.nets", "robot_rl.configs")),
+    ("core", ("robot_rl.types", "robot_rl.errors", "robot_rl.hardware", "robot_rl.nets", "robot_rl.configs",
+              "robot_rl.limits")),
     ("data", ("robot_rl.buffers", "robot_rl.demos.store", "robot_rl.demos.dataset", "robot_rl.demos.sampler")),
     ("policies", ("robot_rl.policies",)),
     ("algos", ("robot_rl.algos",)),

@@ -6,17 +6,11 @@ import dataclasses
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from robot_rl.real.safety import (
-    KeepOutBox,
-    RobotState,
-    SafetyConfig,
-    SafetyFilter,
-    quat_angle,
-    quat_normalize,
-)
+from robot_rl.limits import REPORT_TOL, KeepOutBox, Limiter, SafetyConfig, quat_angle
+from robot_rl.real.safety import RobotState, SafetyFilter, quat_normalize
 
 DT = 0.1
 CFG = SafetyConfig(
@@ -100,6 +94,37 @@ def test_any_policy_output_and_robot_state_gives_a_command_inside_limits(seq) ->
         prev_vel, prev_grip = f.prev_vel.copy(), f.prev_gripper
         cmd = f.filter(pos, q, grip, state, now)
         check(cmd, state, f, prev_vel, prev_grip, now)
+
+
+inside_ws = st.tuples(st.floats(0.3, 0.7), st.floats(-0.25, 0.25), st.floats(0.01, 0.3)).map(np.array)
+unit_quat = st.tuples(*[st.floats(-1, 1)] * 4).map(quat_normalize).filter(lambda q: q is not None)
+
+
+Z = np.array([0.0, 0.0, 0.0, 1.0])
+# Into the corner at full speed, where the workspace leaves a zero step (once a division by zero).
+CORNER_PATH = [((0.5, 0, 0.25), (0.5, 0, 0)), ((0.5, 0, 0.15625), (0.25, 0, 0)), ((0.3, 0, 0.01), (0.25, 0, 0))]
+CORNER = [(np.array(p), Z, np.array(t), Z, 0.0) for p, t in CORNER_PATH]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(inside_ws, unit_quat, near_ws, unit_quat, st.floats(-1, 2)), min_size=1, max_size=6))
+@example(CORNER)
+def test_a_command_the_limits_shaped_passes_the_filter_uncut(seq) -> None:
+    """What the `Limiter` commands (a sim run inside a robot's limits), the robot's filter passes as it is, from
+    the same measured state: no reasons, the same target and gripper. Re-limiting rounds, it never cuts. This holds
+    where the arm may stop within one step (max_acceleration * dt >= the step's speed limit), as on every shipped
+    robot; otherwise a workspace stop outranks the acceleration limit and is cut again."""
+    cfg = dataclasses.replace(CFG, max_acceleration=4.0)  # stops within one step: a * dt = 0.4 m/s = max_velocity
+    limiter, f = Limiter(cfg, DT), SafetyFilter(cfg, DT)
+    for i, (pos, quat, target, target_quat, grip) in enumerate(seq):
+        if (pos > BOX_LO).all() and (pos < BOX_HI).all():
+            continue  # a TCP inside a keep-out box is a fault, not a command
+        delta, q, _ = limiter.pose(pos, quat, target, target_quat)
+        g = limiter.gripper(grip, 0.7)
+        cmd = f.filter(pos + delta, q, g, RobotState(pos, quat, 0.7, np.zeros(2), i * DT), i * DT)
+        assert not cmd.hold and cmd.reasons == ()
+        assert np.allclose(cmd.target_pos, pos + delta, rtol=0, atol=REPORT_TOL) and cmd.gripper == g
+        assert quat_angle(cmd.target_quat, q) < 1e-6
 
 
 def good_state(pos=(0.5, 0.0, 0.15), stamp: float = 0.0) -> RobotState:
