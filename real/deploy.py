@@ -98,7 +98,7 @@ def deploy(
             policy.reset()
             if device is not None:
                 device.reset()
-            steps, done, t, n_int, reason = EpisodeLog(), False, 0, 0, ""
+            steps, done, t, n_int, reason, held = EpisodeLog(), False, 0, 0, "", False
             start = time.monotonic()
             while not done:
                 action = policy.select_action(obs, deterministic=True)
@@ -112,7 +112,7 @@ def deploy(
                 try:
                     next_obs, reward, terminated, truncated, info = env.step(action)
                 except (SafetyStop, StaleDataError) as e:
-                    reason = f"{type(e).__name__}: {e}"
+                    reason, held = f"{type(e).__name__}: {e}", e.safety_failure
                     break
                 steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
                          "truncated": truncated, "intervened": intervened})  # fmt: skip
@@ -121,7 +121,7 @@ def deploy(
                     _status_line(env, ep, t, n_int, sys.stderr)
             success = bool(info.get("success", False)) and not reason
             results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
-                            "interventions": n_int, "aborted": reason})  # fmt: skip
+                            "interventions": n_int, "aborted": reason, "safety_failure": held})  # fmt: skip
             if status:
                 sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
             if store is not None and t > 0:
@@ -146,6 +146,8 @@ def deploy(
         "cycle_time_s": float(np.mean([r["seconds"] for r in ok])) if ok else float("nan"),
         "mean_cycle_steps": float(np.mean([r["steps"] for r in ok])) if ok else float("nan"),
         "aborted_episodes": sum(bool(r["aborted"]) for r in results),
+        # episodes the robot held under the policy (force limit, watchdog): failures, not just aborted
+        "safety_failure_rate": float(np.mean([r["safety_failure"] for r in results])) if results else float("nan"),
         "interventions": sum(r["interventions"] for r in results),
         "safety_holds": env.safety.holds,
         "rejected_actions": env.safety.rejected,

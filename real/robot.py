@@ -97,6 +97,13 @@ class SafetyStop(EpisodeAborted):
     """The safety layer latched a hold (e-stop, watchdog, limit fault); a reset (and a human) must clear it."""
 
 
+class RobotHold(SafetyStop):
+    """The robot's driver holds the arm mid-episode (its command watchdog, a force limit, a fault): whatever is
+    commanded from here does nothing until a reset, so the episode ends here."""
+
+    safety_failure = True
+
+
 def _yaw(quat_wxyz: np.ndarray) -> float:
     w, x, y, z = quat_wxyz
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
@@ -207,6 +214,7 @@ class RobotEnv(gym.Env):
         # Robots that report their own hold (the sim robot; drivers that do not publish it leave this silent).
         self._status_sub = self.tx.subscription(cfg.status_topic, msgs.STRING, LATCHED_QOS)
         self._robot_estop = False
+        self._robot_hold: str | None = None  # the robot's own hold other than the e-stop (watchdog, force limit)
         self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
         cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
         self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
@@ -241,9 +249,12 @@ class RobotEnv(gym.Env):
         if self._estop.poll():
             self.safety.estop("estop topic")
         if status := self._status_sub.take():
-            self._robot_estop = status[-1].data == "hold: estop"
+            text = status[-1].data
+            self._robot_estop = text == "hold: estop"
             if self._robot_estop:
                 self.safety.estop("estop held by the robot")
+            held = text.startswith("hold: ") and not text.startswith("hold: estop")
+            self._robot_hold = text.removeprefix("hold: ") if held else None
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
 
@@ -395,6 +406,7 @@ class RobotEnv(gym.Env):
             self._past[1:] = self._past[:-1].copy()
             self._past[0] = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
         self._poll()  # the delta is taken from the newest measured TCP, as in the sim env
+        self._raise_if_held()
         state = self.robot_state()
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
         target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
@@ -413,12 +425,17 @@ class RobotEnv(gym.Env):
             self._poll()
         if (reason := self.safety.latched) is not None and reason.startswith("estop"):
             raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
+        self._raise_if_held()  # this step's command may not have acted: no transition for it
         obs = self._observe()
         self._t += 1
         success = self._success()
         truncated = not success and self._t >= self.max_episode_steps
         info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
         return obs, float(success), success, truncated, {**info, **self.stamps()}
+
+    def _raise_if_held(self) -> None:
+        if self._robot_hold is not None:
+            raise RobotHold(f"the robot holds the arm ({self._robot_hold}); the episode ends here")
 
     def _await_answer(self, sent: float) -> None:
         """Lockstep: wait for every stamped stream to carry a stamp after `sent` (the robot advanced on our
@@ -476,6 +493,10 @@ class RobotEnv(gym.Env):
             raise StaleDataError(f"{e}; nothing fresh on {silent}{hint}" if silent else str(e)) from None
         if self._robot_estop:  # the robot answered the reset and still holds its e-stop (its status is latched)
             raise SafetyStop("e-stop is pressed on the robot side; release it (`robot-rl estop release`) to continue")
+        with contextlib.suppress(TimeoutError):  # the reset clears a sim robot's hold; its status follows
+            self._wait_for(lambda: self._robot_hold is None, "hold cleared by the reset", _ROBOT_CLEARS_S)
+        if self._robot_hold is not None:
+            raise SafetyStop(f"the robot still holds the arm after the reset ({self._robot_hold}): clear it there")
         self.safety.reset()
         self._prev_tcp = None
         self._obj_start = None  # the next observation's object pose

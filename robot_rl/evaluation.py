@@ -64,7 +64,14 @@ def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Ro
         if record:
             for k, v in {**obs, "action": action}.items():
                 out.steps.setdefault(k, []).append(v)
-        obs, reward, terminated, truncated, info = env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except EpisodeAborted as e:
+            if not e.safety_failure:
+                raise
+            log.warning("evaluation episode held by the robot after %d steps: %s", out.length, e)
+            out.safety_failure = True  # and not a success: the episode ends where the robot stopped it
+            return out
         if record:
             out.steps.setdefault("reward", []).append(np.float32(reward))
         out.episode_return += float(reward)
@@ -104,7 +111,9 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
 
 def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0) -> EvalResult:
     """Seeds are disjoint from training resets. An episode the env aborts (`EpisodeAborted`: a robot's e-stop or
-    safety fault) is run again with its seed, every `retry_s` until it starts: a stop is no verdict on the policy."""
+    silence) is run again with its seed, every `retry_s` until it starts: a stop is no verdict on the policy. One the
+    robot stopped under the policy (its `safety_failure`: a force limit, the command watchdog) is a failed episode
+    and a safety failure."""
     results = []
     for ep in range(episodes):
         while True:

@@ -22,6 +22,10 @@ class EpisodeAborted(RuntimeError):
     """The env cannot go on with this episode (a robot's e-stop, safety fault, or silence). What the episode produced
     so far stays valid, and nothing about it is terminal: a stop says nothing about the policy's task."""
 
+    # True where the robot stopped the episode under the policy (a force limit, its command watchdog): evaluation
+    # scores the episode as a safety failure instead of running it again.
+    safety_failure = False
+
 
 @dataclass(frozen=True)
 class ObsLayout:

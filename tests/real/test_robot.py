@@ -17,7 +17,7 @@ from robot_rl.envs import make_env
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.deploy import deploy
-from robot_rl.real.robot import STATE_FIELDS, RobotEnv, SafetyStop, StaleDataError, proprio_layout
+from robot_rl.real.robot import STATE_FIELDS, RobotEnv, RobotHold, SafetyStop, StaleDataError, proprio_layout
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.config import EnvConfig, RandomizationConfig
@@ -223,6 +223,62 @@ def test_an_estop_heard_during_the_step_outranks_the_staleness_of_the_state(robo
     served.paused.clear()
     env.close()
     tx.close()
+
+
+def test_a_robot_hold_mid_episode_ends_it_within_the_step_and_counts_as_a_safety_failure(robot_cfg) -> None:
+    """The policy stalls past the robot's command watchdog (a slow update, a checkpoint save): the robot holds the
+    arm, RobotEnv says so in the step it happened (no transition for a command that did nothing), the actor goes on
+    with a new episode, and an evaluation scores the held episode as a failure and a safety failure."""
+    from robot_rl.evaluation import evaluate
+    from robot_rl.loop.actor import Actor
+
+    served = Served(robot_cfg, command_timeout_s=0.15)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0), max_episode_steps=6)
+    sleep, stalls = env.rate.sleep, [3]  # the third step stalls 0.4 s, past the 0.15 s watchdog
+
+    def stall_once() -> None:
+        stalls[0] -= 1
+        time.sleep(0.4) if stalls[0] == 0 else sleep()
+
+    env.rate.sleep = stall_once
+
+    class Still:
+        def select_action(self, obs, deterministic=False):  # noqa: ANN001, ANN202
+            return np.array([0.0, 0.0, 1.0, 0.0])
+
+        def reset(self) -> None:
+            pass
+
+    try:
+        actor = Actor(env, Still(), retry_s=0.0)
+        stored = [actor.step(), actor.step()]
+        stored.append(actor.step())  # the stall and the hold: that step yields nothing, a new episode starts
+        assert actor.stats.aborted == 1 and [x.done for x in stored] == [False, False, False]
+        assert not np.array_equal(stored[1].next_obs["state"], stored[2].obs["state"])  # not stitched: new episode
+        stalls[0] = 3
+        res = evaluate(env, Still(), 2, seed=5, retry_s=0.0)  # the first episode is held at its third step
+        assert res.episodes == 2 and res.safety_failure_rate == 0.5 and res.success_rate == 0.0
+    finally:
+        env.close()
+        served.close()
+
+
+def test_a_hold_is_reported_by_the_step_it_happened_in(robot_cfg) -> None:
+    served = Served(robot_cfg, command_timeout_s=0.15)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
+    try:
+        env.reset(seed=3)
+        env.step(np.zeros(4))
+        env.rate.sleep = lambda: time.sleep(0.4)
+        with pytest.raises(RobotHold, match="no_action") as held:
+            env.step(np.array([0.0, 0.0, 1.0, 0.0]))
+        assert held.value.safety_failure
+        env.rate.sleep = lambda: time.sleep(0.05)
+        env.reset(seed=4)  # the reset clears the robot's hold
+        assert not env.step(np.zeros(4))[4]["hold"]
+    finally:
+        env.close()
+        served.close()
 
 
 def test_camera_frames_reach_the_observation(robot_cfg) -> None:
