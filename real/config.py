@@ -85,8 +85,10 @@ class RobotConfig:
     # and a checkpoint (its layout) say what the policy sees and how fast it acts.
     image_size: int = 64
     control_hz: float = 10.0
-    # Newest state/frames older than `staleness_s` at observation time are an error, as are streams whose
-    # stamps differ by more than `align_tol_s`: a policy never sees a mix of old and new.
+    # A stream's newest message older than its own measured period and jitter plus `staleness_s` (transport
+    # latency) at observation time is an error, as are streams whose stamps differ by more than `align_tol_s` plus
+    # the slowest stream's period and jitter: a policy never sees a mix of old and new, and a 10 Hz camera's frame
+    # of 0.1 s is not "late" the way a 100 Hz state's would be.
     staleness_s: float = 0.1
     align_tol_s: float = 0.05
     # Lockstep (a sim robot started with --lockstep): the robot advances one control period per command, so a step

@@ -27,7 +27,7 @@ import numpy as np
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
-from robot_rl.real.timing import RateKeeper
+from robot_rl.real.timing import RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
 from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, ObsLayout, advance_view, ee_force_feature
 
@@ -222,6 +222,7 @@ class RobotEnv(gym.Env):
         self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
         self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
+        self._clocks = {k: StreamClock() for k in self._subs if k != "success"}  # each stream's measured rate
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
@@ -246,6 +247,8 @@ class RobotEnv(gym.Env):
             got = sub.take()
             if got:
                 self._latest[key] = (got[-1], now)
+                for m in got if key != "success" else ():
+                    self._clocks[key].add(msgs.stamp_of(m))
         if self._estop.poll():
             self.safety.estop("estop topic")
         if status := self._status_sub.take():
@@ -268,15 +271,17 @@ class RobotEnv(gym.Env):
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
         stamps = {k: self._stamp(k) for k in keys}
         for k, s in stamps.items() if not self.cfg.lockstep else ():
-            if now - s > self.cfg.staleness_s:
-                raise StaleDataError(
-                    f"{self._topic(k)}: newest message is {now - s:.3f}s old (tolerance {self.cfg.staleness_s}s)"
-                )
+            clock = self._clocks.get(k, StreamClock())
+            tol = self.cfg.staleness_s + clock.spread  # the stream's own period and jitter, plus transport latency
+            if now - s > tol:
+                rate = f"it streams every {clock.period:.3f}s (+-{clock.jitter:.3f}s)"
+                raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {rate}, limit {tol:.3f}s")
         stamped = {k: s for k, s in stamps.items() if k != "success"}
-        if stamped and max(stamped.values()) - min(stamped.values()) > self.cfg.align_tol_s:
-            spread = max(stamped.values()) - min(stamped.values())
-            tol = self.cfg.align_tol_s
-            raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (tolerance {tol}s)")
+        spread = max(stamped.values()) - min(stamped.values()) if stamped else 0.0
+        tol = self.cfg.align_tol_s + max((self._clocks[k].spread for k in stamped), default=0.0)
+        if spread > tol:
+            raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (limit {tol:.3f}s: "
+                                 f"align_tol_s + the slowest stream's period and jitter)")  # fmt: skip
 
     def _topic(self, key: str) -> str:
         return self._subs[key].topic

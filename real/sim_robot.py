@@ -65,7 +65,7 @@ class SimRobotConfig:
     noise_std: float = 0.0  # metres of Gaussian noise on the published TCP and object positions
     command_timeout_s: float = 0.25  # robot-side watchdog on the Cartesian command stream
     cameras: tuple[str, ...] = ()  # render and publish these model cameras (topic from the robot config)
-    camera_hz: float = 10.0
+    camera_hz: float = 30.0  # a USB / GigE camera's class of rate; RobotEnv's limits follow whatever it measures
     image_size: int = 64
     seed: int = 0
     lockstep: bool = False  # physics advances one control period per command received (see the module docstring)
@@ -357,7 +357,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--noise", type=float, default=0.0, help="metres of noise on published positions")
     p.add_argument("--command-timeout", type=float, default=0.25, help="hold when commands stop this long")
     p.add_argument("--cameras", default="", help="comma-separated model cameras to publish, e.g. front,wrist")
-    p.add_argument("--camera-hz", type=float, default=10.0)
+    p.add_argument("--camera-hz", type=float, default=30.0)
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--friction", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
     p.add_argument("--mass", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))

@@ -69,3 +69,31 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     return stop
+
+
+class StreamClock:
+    """A stream's period and jitter from the stamps it carries (running means), so a freshness limit follows the
+    rate the stream really has: a 10 Hz camera's newest frame is routinely 0.1 s old, a 100 Hz state's is not. A gap
+    of over 5 periods (a reset, a pause) is not the stream's rate and is left out."""
+
+    def __init__(self, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.period = 0.0  # seconds; 0 until two stamps were seen
+        self.jitter = 0.0  # mean absolute deviation of the period, seconds
+        self._last: float | None = None
+
+    def add(self, stamp: float) -> None:
+        last, self._last = self._last, max(stamp, self._last or stamp)
+        if last is None or stamp <= last:  # a re-publication keeps its stamp
+            return
+        dt = stamp - last
+        if self.period == 0.0:
+            self.period = dt
+        elif dt <= 5.0 * self.period:
+            self.jitter += self.alpha * (abs(dt - self.period) - self.jitter)
+            self.period += self.alpha * (dt - self.period)
+
+    @property
+    def spread(self) -> float:
+        """How old the newest message of a stream on time can be: a period and four mean deviations."""
+        return self.period + 4.0 * self.jitter

@@ -293,6 +293,39 @@ def test_camera_frames_reach_the_observation(robot_cfg) -> None:
         s.close()
 
 
+def test_a_10hz_camera_is_on_time_and_a_stopped_stream_is_late(robot_cfg) -> None:
+    """Limits follow each stream's measured rate: a 10 Hz camera's newest frame is up to 0.1 s old by design (a fixed
+    0.1 s limit aborted every such episode at its first step), a stream that stops is late all the same."""
+    s = Served(robot_cfg, cameras=("front",), camera_hz=10.0, image_size=32)
+    try:
+        env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), cameras=("front",), image_size=32, control_hz=10.0))
+        env.reset(seed=4)
+        for _ in range(12):
+            env.step(np.zeros(4))
+        s.paused.set()  # the robot PC hangs: nothing new on any stream
+        env.rate.sleep = lambda: time.sleep(0.6)
+        with pytest.raises(StaleDataError, match="streams every"):
+            env.step(np.zeros(4))
+        env.close()
+    finally:
+        s.paused.clear()
+        s.close()
+
+
+def test_stream_clock_learns_period_and_jitter_and_skips_gaps_and_repeats() -> None:
+    from robot_rl.real.timing import StreamClock
+
+    clock, rng, t = StreamClock(), np.random.default_rng(0), 100.0
+    for i in range(300):
+        t += 1 / 30 + rng.uniform(-0.003, 0.003)
+        clock.add(t)
+        clock.add(t)  # an idle re-publication keeps its stamp
+        if i == 150:
+            t += 2.0  # a reset's gap is not the stream's rate
+    assert abs(clock.period - 1 / 30) < 0.002 and 0.0005 < clock.jitter < 0.003
+    assert 1 / 30 < clock.spread < 1 / 30 + 0.012
+
+
 def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
     rgb = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
     raw = msgs.image_msg(rgb, 1.5, "cam")
