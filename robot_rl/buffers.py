@@ -19,6 +19,12 @@ from robot_rl.errors import UserError
 from robot_rl.types import Batch, NpObs, TorchObs, Transition
 
 
+def _continuation_keys(obs: NpObs) -> list[str]:
+    """What tells a continuing episode's obs from a new one's: the state vector where there is one (cheap to keep
+    a host copy of every step), else every key."""
+    return ["state"] if "state" in obs else list(obs)
+
+
 class ReplayBuffer:
     """`device`: where sampled batches go (the learner's). Storage lives there too when it fits in half the device's
     free memory, so a batch is gathered without leaving the GPU; otherwise in host memory, gathered into pinned
@@ -99,7 +105,7 @@ class ReplayBuffer:
             self.step[k][i] = v
         self.valid[i] = True
         self.n_added += 1
-        self._last_next = {k: np.array(v) for k, v in t.next_obs.items()}
+        self._last_next = {k: np.array(t.next_obs[k]) for k in _continuation_keys(t.next_obs)}
         if t.done:
             self.cursor = (nxt + 1) % self.capacity
             self.in_episode = False
@@ -112,8 +118,7 @@ class ReplayBuffer:
         vector where there is one, on the host: no device round trip)."""
         if self._last_next is None:
             return False
-        keys = ["state"] if "state" in obs else list(obs)
-        return all(np.array_equal(self._last_next[k], obs[k]) for k in keys)
+        return all(np.array_equal(self._last_next[k], obs[k]) for k in _continuation_keys(obs))
 
     def _frame(self, obs: NpObs) -> TorchObs:
         frame = self._tensors(obs)
