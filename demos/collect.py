@@ -99,8 +99,7 @@ def _make_robot_env(cfg: CollectConfig) -> gym.Env:
     """`RobotEnv` over the robot's ROS 2 topics, observing what the sim task observes (same state layout, cameras),
     so robot episodes and sim episodes train the same policy. The sim env is built only to read that layout."""
     from robot_rl.envs import make_env
-    from robot_rl.real.config import load_robot_config
-    from robot_rl.real.robot import proprio_layout
+    from robot_rl.real.config import load_robot_config, proprio_layout
 
     robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
     env_cfg = env_config(cfg)

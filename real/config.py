@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from robot_rl.errors import UserError
 from robot_rl.limits import SafetyConfig
+from robot_rl.types import cell_state
 
 ROBOTS = ("sim", "franka", "ur5e")
 COMMAND_TYPES = ("pose", "twist")
@@ -170,3 +171,8 @@ def check_robot_config(cfg: RobotConfig) -> None:
     s = cfg.safety
     if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
         raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")
+
+
+def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
+    """What `cfg`'s cell measures without a tracker (`robot_rl.types.cell_state`): what training on it observes."""
+    return cell_state(len(cfg.joint_names), bool(cfg.wrench_topic))

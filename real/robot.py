@@ -25,11 +25,18 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.real import msgs
-from robot_rl.real.config import RobotConfig
+from robot_rl.real.config import RobotConfig, proprio_layout
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
-from robot_rl.types import OBJECT_FIELDS, EpisodeAborted, ObsLayout, advance_view, ee_force_feature
+from robot_rl.types import (
+    OBJECT_FIELDS,
+    PROPRIO_FIELDS,
+    EpisodeAborted,
+    ObsLayout,
+    advance_view,
+    ee_force_feature,
+)
 
 # QoS by the ROS conventions (docs/ros2_interface.md has the table): a best-effort reader matches every writer, a
 # reliable writer every reader. So state is read best-effort (camera drivers publish sensor-data QoS) and published
@@ -40,28 +47,13 @@ SENSOR_QOS = TopicQos(reliable=False, depth=5)
 STATE_QOS = TopicQos(reliable=True, depth=5)
 COMMAND_QOS = TopicQos(reliable=True, depth=1)
 COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
-PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel")
-STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", "ee_force", *OBJECT_FIELDS)
+STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_actions` after a reset: hold, gripper open (as the sim env)
 
 
 ACTION_DIM = 4  # [dx, dy, dz, gripper] in [-1, 1]
-
-
-def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:
-    """What a real cell measures without a tracker: TCP position and yaw, gripper opening, TCP velocity, then the
-    arm's joint positions and velocities (in `cfg.joint_names` order). No object pose: it is what training on a
-    robot observes."""
-    sizes = {"tcp_pos": 3, "ee_yaw_sin_cos": 2, "gripper_opening": 1, "tcp_vel": 3}
-    sizes |= {"joint_pos": len(cfg.joint_names), "joint_vel": len(cfg.joint_names)}
-    layout, start = {}, 0
-    for name in PROPRIO_FIELDS:
-        if sizes[name]:
-            layout[name] = slice(start, start + sizes[name])
-            start += sizes[name]
-    return layout
 
 
 def envelope_states(cfg: RobotConfig, seed: int, n: int = 2000) -> np.ndarray:
@@ -80,6 +72,7 @@ def envelope_states(cfg: RobotConfig, seed: int, n: int = 2000) -> np.ndarray:
         "tcp_vel": rng.uniform(-s.max_velocity, s.max_velocity, (n, 3)),
         "joint_pos": rng.uniform(lower, upper, (n, n_joints)),
         "joint_vel": rng.uniform(-1.0, 1.0, (n, n_joints)),
+        "ee_force": np.zeros((n, 3)),  # already in O(1) units: the normaliser leaves it as it is
     }
     layout = proprio_layout(cfg)
     out = np.zeros((n, max(sl.stop for sl in layout.values())), np.float32)

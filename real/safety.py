@@ -12,7 +12,7 @@ property tests in tests/real/test_safety.py:
 * the acceleration clamp holds for every policy-driven step; safety stops (workspace, keep-out, hold) take
   priority over it, as on a real arm, where the impedance controller does the braking.
 
-The limits themselves are `robot_rl.limits.Limiter`, which a sim run with `env.limits=<robot>` applies too; this
+The limits themselves are `robot_rl.limits.Limiter`, which a sim run with `env.for_robot=<robot>` applies too; this
 module adds what only a robot has: validation, faults, the watchdog and holds.
 
 Faults that mean "a human must look" (stale state, missing actions, e-stop, TCP outside the workspace or inside a

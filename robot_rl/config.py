@@ -27,6 +27,7 @@ from robot_rl.sim.config import (
     OBS_FRAMES,
     OBS_MODES,
     REWARDS,
+    SIM_ARM_JOINTS,
     SIMS,
     TRIGGERS,
     EnvConfig,
@@ -147,6 +148,10 @@ class TrainConfig:
     threads: int = 0
     run_dir: str = ""  # empty => runs/<task>-<obs>-s<seed>-<time>
     resume: str = ""  # a run directory to continue from its latest checkpoint
+    # A run dir or checkpoint folder whose actor, critic, camera trunks and state normaliser this run starts from
+    # (a robot run from its sim policy: docs/sim_to_real.md). Its layout must be this run's; optimisers and replay
+    # start fresh, the trunks are not pretrained again. Ignored on a resume, whose checkpoint holds them all.
+    init_from: str = ""
 
 
 # Lowest value that makes sense for each numeric key a person commonly sets; anything below fails at start-up.
@@ -210,6 +215,9 @@ def _algo_problem(cfg: TrainConfig) -> str:
     if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):
         return ("algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: set "
                 "intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)")  # fmt: skip
+    if cfg.init_from and (cfg.algo != "sac" or not Path(cfg.init_from).exists()):
+        return (f"init_from={cfg.init_from}: " + ("no such run dir or checkpoint folder" if cfg.algo == "sac" else
+                f"starts algo=sac runs only (got algo={cfg.algo})"))  # fmt: skip
     if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
         return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
     return ""
@@ -219,19 +227,28 @@ def _sim_problem(cfg: TrainConfig) -> str:
     if cfg.env.sim in ("gym", "maniskill") and not is_default(cfg.env.randomization):
         return (f"env.randomization applies to the MuJoCo tasks; leave it at its default with sim={cfg.env.sim} "
                 "(randomization=none)")  # fmt: skip
-    return _limits_problem(cfg.env.limits, cfg.env.sim) if cfg.env.limits else ""
+    return _for_robot_problem(cfg.env) if cfg.env.for_robot else ""
 
 
-def _limits_problem(name: str, sim: str) -> str:
-    """Whether `env.limits` names a robot config that loads, for a sim whose commands it can cut."""
-    if sim in ("gym", "maniskill"):
-        return f"env.limits cuts the MuJoCo tasks' commands; sim={sim} envs keep their own controllers"
+def _for_robot_problem(env: EnvConfig) -> str:
+    """Whether `env.for_robot` names a robot config that loads, for a sim that can stand in for it."""
+    where = f"env.for_robot={env.for_robot}"
+    if env.sim in ("gym", "maniskill"):
+        return f"env.for_robot runs the MuJoCo tasks; sim={env.sim} envs keep their own controllers"
     try:
-        load_robot_config(name)
+        robot = load_robot_config(env.for_robot)
     except UnknownRobotError:
-        return f"env.limits={name}: expected one of {' | '.join(ROBOTS)} or a robot yaml file"
+        return f"{where}: expected one of {' | '.join(ROBOTS)} or a robot yaml file"
     except (ValueError, OmegaConfBaseException) as e:
-        return f"env.limits={name}: {' '.join(str(e).split())}"
+        return f"{where}: {' '.join(str(e).split())}"
+    if env.obs != "pixels":
+        return ""
+    if len(robot.joint_names) != SIM_ARM_JOINTS:
+        return (f"{where}: a camera run observes the robot's {len(robot.joint_names)} joints, the sim Panda has "
+                f"{SIM_ARM_JOINTS}; train obs=state for it, or name a {SIM_ARM_JOINTS}-joint robot")  # fmt: skip
+    if missing := [c for c in env.cameras if c not in {cam.name for cam in robot.cameras}]:
+        return (f"{where}: env.cameras {missing} are not among its cameras "
+                f"({', '.join(c.name for c in robot.cameras) or 'none'})")  # fmt: skip
     return ""
 
 
@@ -266,8 +283,8 @@ def _robot_problem(cfg: TrainConfig) -> str:
         return f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})"
     if cfg.env.obs == "both":
         return f"{where}: obs=both adds the object's pose, which a robot does not measure: use obs=state or pixels"
-    if cfg.env.limits:
-        return f"{where}: env.limits cuts the simulator's commands; on the arm its own safety layer does (drop it)"
+    if cfg.env.for_robot:
+        return f"{where}: env.for_robot shapes a sim run for an arm; a robot run steps the arm itself (drop it)"
     if cfg.env.sim not in ("auto", "mujoco") or not is_default(cfg.env.randomization):
         return (f"{where}: env.sim and env.randomization are the simulator's; a robot run steps the arm as it is "
                 "(leave them at their defaults)")  # fmt: skip

@@ -3,13 +3,13 @@ or a robot behind its ROS 2 topics (`real/RobotEnv`), chosen by config; `make_ve
 batch (`loop.num_envs`).
 
 Train, eval, collect, replay, deploy and the nodes build their envs here, so a run with `robot=<name>` steps the arm
-behind that robot config wherever a sim run would step MuJoCo; the learner never knows which. A sim run with
-`env.limits=<name>` steps MuJoCo inside that robot's safety limits instead (a robot run has its safety layer).
+behind that robot config wherever a sim run would step MuJoCo; the learner never knows which.
 
-On a robot the policy observes what a real cell measures (`real.robot.proprio_layout`: TCP pose, gripper, joint
-positions and velocities) plus the configured cameras with their crops; never the object's pose, which only a
-simulator (or a tracker we do not assume) knows. A checkpoint's own layout (deploy) wins over both. Reward on a
-robot comes from its success topic.
+On a robot the policy observes what a real cell measures (`robot_layout`: TCP pose, gripper, joint positions and
+velocities, the wrench where the robot names one) plus the configured cameras with their crops; never the object's
+pose, which only a simulator (or a tracker we do not assume) knows. A sim run with `env.for_robot=<name>` trains for
+that arm: MuJoCo inside its safety limits (a robot run has its safety layer), and with obs=pixels observing exactly
+`robot_layout`, so the checkpoint deploys on the arm unchanged. A checkpoint's own layout (deploy) wins over both.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
-from robot_rl.real.config import load_robot_config
+from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.sim.config import HELD_GRIP, task_episode_steps
 from robot_rl.types import ObsLayout
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 def robot_layout(cfg: EnvConfig, robot: RobotConfig) -> ObsLayout:
     """What a robot run observes, without connecting to the robot: the proprio fields, `env.cameras` with obs=pixels
     (none with obs=state) and the robot's crops, the run's image size, step size and control rate."""
-    from robot_rl.real.robot import proprio_layout
-
     cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
     crops = {c.name: tuple(c.crop) for c in robot.cameras if c.name in cameras and c.crop}
     return ObsLayout(
@@ -58,7 +56,8 @@ def make_env(
     if robot is None:
         from robot_rl.sim.envs import make_sim_env
 
-        return make_sim_env(cfg, seed, load_robot_config(cfg.limits).safety if cfg.limits else None)
+        arm = load_robot_config(cfg.for_robot) if cfg.for_robot else None
+        return make_sim_env(cfg, seed, arm and arm.safety, arm and robot_layout(cfg, arm))
     from robot_rl.real.robot import RobotEnv
 
     env = RobotEnv(robot, layout or robot_layout(cfg, robot), max_episode_steps=task_episode_steps(cfg),

@@ -1,5 +1,5 @@
 """An arm's motion limits, one implementation for both sides: the safety layer (`real/safety.py`) cuts every command
-sent to a robot with `Limiter`, and the simulator (`env.limits=<robot>`) cuts every command in training with the same
+sent to a robot with `Limiter`, and the simulator (`env.for_robot=<robot>`) cuts every command in training with the same
 `Limiter` and that robot's `SafetyConfig`, so a sim policy learns under exactly the clipping the arm will apply.
 
 Plain numpy, no ROS and no simulator: the core layer, importable from `sim/` and `real/` alike.

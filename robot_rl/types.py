@@ -53,6 +53,13 @@ class ObsLayout:
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (self.state_dim,), np.float32)}
         return gym.spaces.Dict({**spaces, **{c: gym.spaces.Box(0, 255, size, np.uint8) for c in self.cameras}})
 
+    def differences(self, other: ObsLayout) -> list[str]:
+        """What a policy built for `self` would misread in `other`: the state fields and their order, the cameras
+        and their size, the action and its scale, the rate. Crops are left out: they are each cell's own cut."""
+        keys = ("state", "cameras", "image_size", "action_dim", "max_step", "control_hz")
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [f"{k} {mine[k]} vs {theirs[k]}" for k in keys if mine[k] != theirs[k]]
+
     def replace(self, **changes: Any) -> ObsLayout:
         return dataclasses.replace(self, **changes)
 
@@ -89,6 +96,7 @@ class ObsLayout:
             fields or {"state": slice(0, space["state"].shape[0])},
             cameras=cameras,
             image_size=space[cameras[0]].shape[0] if cameras else 0,
+            crops=getattr(env.unwrapped, "crops", {}),  # a sim env for a robot keeps that robot's camera crops
             action_dim=env.action_space.shape[0],
             max_step=max_step,
             control_hz=control_hz,
@@ -163,6 +171,29 @@ class Batch:
             intervened=torch.cat([a.intervened, b.intervened]),
             extras=c(a.extras, b.extras),
         )
+
+
+# What a real cell measures without a tracker, in this order (the joint fields sized by the arm; the wrench where the
+# robot has a force-torque reading): `cell_state`.
+PROPRIO_FIELDS = ("tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel", "ee_force")
+
+
+def cell_state(joints: int, wrench: bool) -> dict[str, slice]:
+    """The state a robot run observes (TCP position and yaw, gripper opening, TCP velocity, joint positions and
+    velocities, `ee_force` with a wrench), in the robot's base frame. A sim camera run that names the robot
+    (`env.for_robot`) observes exactly this, so its checkpoint runs on that arm unchanged."""
+    sizes = {"tcp_pos": 3, "ee_yaw_sin_cos": 2, "gripper_opening": 1, "tcp_vel": 3, "joint_pos": joints,
+             "joint_vel": joints, "ee_force": 3 if wrench else 0}  # fmt: skip
+    return stack_fields([(name, sizes[name]) for name in PROPRIO_FIELDS if sizes[name]])
+
+
+def stack_fields(parts: list[tuple[str, int]]) -> dict[str, slice]:
+    """Field -> slice of `obs["state"]` for fields of these sizes laid end to end."""
+    layout, start = {}, 0
+    for name, n in parts:
+        layout[name] = slice(start, start + n)
+        start += n
+    return layout
 
 
 # State fields an object tracker provides on a robot (`RobotConfig.object_pose_topic`); `*_start` fields refer to the

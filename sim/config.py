@@ -17,6 +17,7 @@ EPISODE_STEPS = {"PickCube": 50, "PegInsert": 60}  # a task's default episode le
 # executed command, so `last_actions` shows it too, in the sim env and a robot's RobotEnv alike (why:
 # docs/sim_to_real.md, "The held grip").
 HELD_GRIP = {"PegInsert": 1.0}
+SIM_ARM_JOINTS = 7  # the simulated Panda's: a camera run for a robot observes that many joints
 
 
 @dataclass
@@ -146,10 +147,12 @@ class EnvConfig:
     # "The observation frame"). Pixel observations keep `tcp_pos` (there is no object to refer to); ManiSkill and gym
     # envs keep their own layouts.
     obs_frame: str = "relative"
-    # A robot config (franka | ur5e | sim | a robot yaml) whose safety limits cut every command as that arm's safety
-    # layer will: step, speed, acceleration, workspace, rotation and gripper rate (robot_rl/limits.py), at this env's
-    # control rate. A policy then learns the arm it will run on. "": the task workspace only (MuJoCo tasks).
-    limits: str = ""
+    # The arm this sim run trains for (franka | ur5e | sim | a robot yaml): its safety limits cut every command as
+    # that arm's safety layer will (step, speed, acceleration, workspace, rotation, gripper rate: robot_rl/limits.py)
+    # at this env's control rate, and with obs=pixels the state is what that robot's cell measures
+    # (`robot_rl.types.cell_state`: its proprio, the wrench where it names one) and the cameras take its crops, so
+    # the checkpoint runs on that arm unchanged (docs/sim_to_real.md). "": the task workspace and the sim's layout.
+    for_robot: str = ""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     gym: GymConfig = field(default_factory=GymConfig)  # sim=gym: how the foreign env maps onto ours
 

@@ -2,8 +2,8 @@
 
 Control: the action moves a target pose (a mocap body) relative to the measured TCP; the arm follows it through a
 Cartesian impedance controller with force and torque limits (`arm=osc`) or a weld (`arm=mocap`), see
-sim/assets/panda.xml. With `env.limits` a robot's safety limits cut every command (target, orientation, gripper) as
-that robot's safety layer will (`robot_rl.limits.Limiter`); the action and the observation stay as they are.
+sim/assets/panda.xml. With `env.for_robot` a robot's safety limits cut every command (target, orientation, gripper)
+as that robot's safety layer will (`robot_rl.limits.Limiter`); the action stays as it is.
 One env step is `n_substeps` `mj_step` calls, each followed by a copy of the contact sensors
 (sim/contacts.py), so the Python cost per step stays well below the physics cost. `info` carries `success`,
 `safety_failure` (the end-effector force limit tripped; the episode ends, rewarded `safety_reward`; other steps
@@ -11,6 +11,7 @@ short of success pay `force_cost`) and the episode's contact peaks.
 
 Observation layout of `obs["state"]` (float32), in order; `state_layout` on the env gives the slices:
   tcp_pos (3), [ee_yaw_sin_cos (2) if yaw], gripper_opening (1, 0 closed .. 1 open), tcp_vel (3, m/s),
+  [with obs=pixels and env.for_robot instead that robot's cell: `robot_rl.types.cell_state`, joints included],
   [ee_force (3, the world's force on the hand in units of 10 N) with randomization.observe_force],
   [last_actions (action_history x action dim, newest first) with randomization.action_history],
   then in `state`/`both` obs modes only the privileged object state:
@@ -39,12 +40,22 @@ import mujoco
 import numpy as np
 
 from robot_rl.limits import Limiter, SafetyConfig
-from robot_rl.sim.config import ARMS, EPISODE_STEPS, HELD_GRIP, OBS_FRAMES, OBS_MODES, TASKS, EnvConfig, is_default
+from robot_rl.sim.config import (
+    ARMS,
+    EPISODE_STEPS,
+    HELD_GRIP,
+    OBS_FRAMES,
+    OBS_MODES,
+    SIM_ARM_JOINTS,
+    TASKS,
+    EnvConfig,
+    is_default,
+)
 from robot_rl.sim.contacts import ContactMonitor
 from robot_rl.sim.gym_env import GymEnv
 from robot_rl.sim.randomization import DomainRandomizer
 from robot_rl.sim.rendering import CameraRenderer
-from robot_rl.types import advance_view, ee_force_feature
+from robot_rl.types import ObsLayout, advance_view, ee_force_feature, stack_fields
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 _OSC_GROUP = 1  # actuator group of the Cartesian impedance actuators in panda.xml
@@ -84,10 +95,14 @@ class PandaEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, cfg: EnvConfig, limits: SafetyConfig | None = None) -> None:
-        """`limits`: the safety limits of the robot `cfg.limits` names (`robot_rl.envs.make_env` loads them)."""
-        if bool(cfg.limits) != (limits is not None):
-            raise ValueError(f"env.limits={cfg.limits!r} needs that robot's limits: build the env with make_env")
+    def __init__(self, cfg: EnvConfig, limits: SafetyConfig | None = None, cell: ObsLayout | None = None) -> None:
+        """`limits` and `cell`: the safety limits of the robot `cfg.for_robot` names and what a run on it observes
+        (`robot_rl.envs.make_env` reads both from its config)."""
+        if bool(cfg.for_robot) != (limits is not None):
+            raise ValueError(f"env.for_robot={cfg.for_robot!r} needs that robot's limits: build the env with make_env")
+        joints = cell.state["joint_pos"] if cell is not None else (0, SIM_ARM_JOINTS)
+        if joints[1] - joints[0] != SIM_ARM_JOINTS:
+            raise ValueError(f"env.for_robot={cfg.for_robot}: its joints are not the sim Panda's {SIM_ARM_JOINTS}")
         if cfg.task not in _TASKS:
             raise ValueError(f"unknown task {cfg.task!r}; expected one of {TASKS}")
         if cfg.obs not in OBS_MODES:
@@ -143,6 +158,8 @@ class PandaEnv(gym.Env):
 
         self.action_dim = 5 if cfg.yaw else 4
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+        self._cell = cell.slices() if cell is not None and cfg.obs == "pixels" else None  # else the sim's layout
+        self.crops = dict(cell.crops) if self._cell is not None else {}  # the robot's cut of its cameras
         self.state_layout = self._make_layout()
         n_state = max(s.stop for s in self.state_layout.values())
         spaces: dict[str, gym.spaces.Space] = {"state": gym.spaces.Box(-np.inf, np.inf, (n_state,), np.float32)}
@@ -314,7 +331,7 @@ class PandaEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- internals
 
     def _command(self, tcp: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """(TCP target, orientation, gripper opening) of the clipped action `a`; with `env.limits` cut from the
+        """(TCP target, orientation, gripper opening) of the clipped action `a`; with `env.for_robot` cut from the
         measured TCP, orientation and opening as the robot's safety layer cuts a robot's command."""
         # Relative to the measured TCP, not the previous target: the policy sees the TCP, so the
         # dynamics stay Markov in what it observes (SERL's relative-frame actions).
@@ -337,6 +354,10 @@ class PandaEnv(gym.Env):
         return float(self.data.qpos[self._finger_qadr].sum() / (2 * FINGER_OPEN))
 
     def _make_layout(self) -> dict[str, slice]:
+        if self._cell is not None:
+            parts = [(k, s.stop - s.start) for k, s in self._cell.items()]
+            history = self.cfg.randomization.action_history * self.action_dim
+            return stack_fields(parts + ([("last_actions", history)] if history else []))
         origin = "tcp_minus_hole_top" if self._peg else "tcp_minus_cube_start"
         parts: list[tuple[str, int]] = [(origin if self._relative else "tcp_pos", 3)]
         if self.cfg.yaw:
@@ -354,11 +375,7 @@ class PandaEnv(gym.Env):
                 parts += [("cube_minus_start" if self._relative else "cube_pos", 3), ("cube_minus_tcp", 3)]
                 if self.cfg.yaw:
                     parts.append(("cube_yaw4_sin_cos", 2))
-        layout, i = {}, 0
-        for name, n in parts:
-            layout[name] = slice(i, i + n)
-            i += n
-        return layout
+        return stack_fields(parts)
 
     def _delayed(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The observation `obs_delay` steps old, with this step's `last_actions` (the policy's own, never late)."""
@@ -390,6 +407,8 @@ class PandaEnv(gym.Env):
             "tcp_vel": (tcp - self._prev_tcp) / self.control_dt,
             "last_actions": self._past.ravel(),
             "ee_force": ee_force_feature(self.contacts.ee_force),
+            "joint_pos": d.qpos[ARM_DOFS],
+            "joint_vel": d.qvel[ARM_DOFS],
         }
         if self.cfg.obs != "pixels":
             if self._peg:
@@ -477,16 +496,19 @@ class PandaEnv(gym.Env):
         return d.qpos[ARM_DOFS].copy()
 
 
-def make_sim_env(cfg: EnvConfig, seed: int | None = None, limits: SafetyConfig | None = None) -> gym.Env:
-    """The simulator env of `cfg` (built through `robot_rl.envs.make_env`, the one entry point), within `limits`
-    (those of the robot `cfg.limits` names); with a seed, its first reset and its action space are seeded."""
+def make_sim_env(
+    cfg: EnvConfig, seed: int | None = None, limits: SafetyConfig | None = None, cell: ObsLayout | None = None
+) -> gym.Env:
+    """The simulator env of `cfg` (built through `robot_rl.envs.make_env`, the one entry point), within `limits` and
+    observing `cell` (those of the robot `cfg.for_robot` names); with a seed, its first reset and its action space
+    are seeded."""
     from robot_rl.sim.maniskill import is_maniskill_task, make_maniskill_env  # numpy-only until it builds one
 
     sim = cfg.sim if cfg.sim != "auto" else ("maniskill" if is_maniskill_task(cfg.task) else "mujoco")
     if sim not in ("mujoco", "maniskill", "gym"):
         raise ValueError(f"unknown sim {cfg.sim!r}; expected mujoco, maniskill, gym or auto")
-    if cfg.limits and sim != "mujoco":
-        raise ValueError(f"env.limits cuts the MuJoCo tasks' commands; sim={sim} envs keep their own controllers")
+    if cfg.for_robot and sim != "mujoco":
+        raise ValueError(f"env.for_robot runs the MuJoCo tasks; sim={sim} envs keep their own controllers")
     if sim == "gym":
         if not is_default(cfg.randomization):
             raise ValueError("env.randomization applies to the MuJoCo tasks; leave it at its default with sim=gym")
@@ -504,7 +526,7 @@ def make_sim_env(cfg: EnvConfig, seed: int | None = None, limits: SafetyConfig |
             "env.randomization applies to the MuJoCo tasks; ManiSkill tasks randomise their own scenes, so leave it "
             "at its default (randomization=none)"
         )
-    env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg, limits)
+    env = make_maniskill_env(cfg) if sim == "maniskill" else PandaEnv(cfg, limits, cell)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)

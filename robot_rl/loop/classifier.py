@@ -2,7 +2,7 @@
 
 Frames come from a store recorded with `collect --label-frames N` (rows carry `label`, the operator's verdict on
 that row's observation). The classifier reads what a robot run's policy reads: the cameras and the proprio fields
-(`real.robot.PROPRIO_FIELDS`, picked from the stored state by name), never an object pose.
+(`robot_rl.types.PROPRIO_FIELDS`, picked from the stored state by name), never an object pose.
 
 Episodes, not frames, are split into train / validation / test: frames of one episode are near-copies of each
 other, so a frame split would measure memory, not generalisation. The threshold is picked on the validation
@@ -39,13 +39,11 @@ from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
 from robot_rl.hardware import fastest_threads
-from robot_rl.types import ObsLayout
+from robot_rl.types import PROPRIO_FIELDS, ObsLayout
 
 
 def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
     """(indices into a stored `state`, the layout they make) for the proprio fields, in `proprio_layout` order."""
-    from robot_rl.real.robot import PROPRIO_FIELDS
-
     idx, layout, start = [], {}, 0
     for name in PROPRIO_FIELDS:
         if name in stored:

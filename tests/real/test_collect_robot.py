@@ -35,11 +35,11 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             assert meta["device"] == "simulated" and meta["cameras"] == ["front", "wrist"]
             lay = meta["state_layout"]
             assert lay["tcp_minus_cube_start"] == [0, 3] and lay["cube_minus_tcp"] == [10, 13]
-            # ... then what a robot run trains on besides: TCP position and yaw, joint positions and velocities.
+            # ... then what a robot run trains on besides: TCP position and yaw, joints, the wrench.
             assert lay["tcp_pos"] == [13, 16] and lay["ee_yaw_sin_cos"] == [16, 18]
-            assert lay["joint_pos"] == [18, 25] and lay["joint_vel"] == [25, 32]
+            assert lay["joint_pos"] == [18, 25] and lay["joint_vel"] == [25, 32] and lay["ee_force"] == [32, 35]
             n = meta["length"]
-            assert 1 <= n <= STEPS and ep["state"].shape == (n, 32) and ep["front"].shape == (n, 64, 64, 3)
+            assert 1 <= n <= STEPS and ep["state"].shape == (n, 35) and ep["front"].shape == (n, 64, 64, 3)
             # Per-step stamps: the robot's header stamps, seconds since the episode start, increasing; both camera
             # frames come from the same lockstep advance as the state they are recorded with.
             ts = ep["state_timestamp"]

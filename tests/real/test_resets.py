@@ -15,8 +15,8 @@ from robot_rl.buffers import ReplayBuffer
 from robot_rl.evaluation import evaluate
 from robot_rl.loop.actor import Actor
 from robot_rl.real import msgs
-from robot_rl.real.config import load_robot_config
-from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states, proprio_layout
+from robot_rl.real.config import load_robot_config, proprio_layout
+from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states
 from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 from robot_rl.types import ObsLayout
 

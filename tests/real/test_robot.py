@@ -15,9 +15,9 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.envs import make_env
 from robot_rl.real import msgs
-from robot_rl.real.config import load_robot_config
+from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.real.deploy import deploy
-from robot_rl.real.robot import STATE_FIELDS, RobotEnv, RobotHold, SafetyStop, StaleDataError, proprio_layout
+from robot_rl.real.robot import STATE_FIELDS, RobotEnv, RobotHold, SafetyStop, StaleDataError
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.config import EnvConfig, RandomizationConfig
@@ -355,13 +355,15 @@ def test_image_crop_cuts_source_pixels_before_the_resize() -> None:
         load_robot_config("sim", ["cameras=[{name: front, topic: t, crop: [0, 0, 8]}]"])
 
 
-def test_proprio_layout_observes_joint_positions_and_velocities_and_no_object(robot_cfg, served) -> None:
+def test_proprio_layout_observes_joint_positions_and_velocities_the_wrench_and_no_object(robot_cfg, served) -> None:
     lay = proprio_layout(robot_cfg)
-    assert list(lay) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
+    assert list(lay) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel",
+                         "ee_force"]  # fmt: skip
+    assert "ee_force" not in proprio_layout(load_robot_config("sim", ["wrench_topic=''"]))  # a cell without a sensor
     env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0))
     try:
         obs, _ = env.reset(seed=3)
-        assert obs["state"].shape == (23,) and "object" not in env._subs
+        assert obs["state"].shape == (26,) and "object" not in env._subs
         for _ in range(3):
             obs, *_ = env.step(np.array([1.0, 0.0, 0.0, -1.0]))
         joints = obs["state"][lay["joint_pos"]]

@@ -86,7 +86,7 @@ def test_labelled_frames_train_a_classifier_that_alone_rewards_a_run_with_the_op
     assert not set(state) & set(PRIVILEGED_FIELDS)  # nothing the policy reads is an object pose
     assert summary["obs_layout"]["cameras"] == CAMERAS.split(",")
     with safe_open(str(run_dir / "checkpoints" / "final" / "model.safetensors"), "pt") as f:
-        assert f.get_slice("policy.encoder.state_mean").get_shape()[-1] == 23
+        assert f.get_slice("policy.encoder.state_mean").get_shape()[-1] == 26
     # The operator took over through the device; each of its steps went to both buffers (demo: after the demos).
     bufs = {}
     for name in ("online", "demo"):

@@ -73,11 +73,12 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
         assert (run / "checkpoints" / name).is_dir()
     # What the policy observes: proprio only. No object field, and the saved policy's input is exactly that wide.
     state = summary["obs_layout"]["state"]
-    assert list(state) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel"]
+    assert list(state) == ["tcp_pos", "ee_yaw_sin_cos", "gripper_opening", "tcp_vel", "joint_pos", "joint_vel",
+                           "ee_force"]  # fmt: skip
     assert not set(state) & set(PRIVILEGED_FIELDS) and summary["obs_layout"]["cameras"] == []
-    assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 23
+    assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 26
     policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
-    assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(23, np.float32)}).shape == (4,)
+    assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(26, np.float32)}).shape == (4,)
     # Every step the robot advanced was commanded: training and all evaluation episodes (1 + 1 + 2 of 50 steps)
     # went through the sim robot, i.e. through RobotEnv (a sim env would not have advanced it). No arm time went to
     # a normaliser probe: without demos it spans the robot config's limits (`real.robot.envelope_states`).
@@ -150,10 +151,10 @@ def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(
         stop(sim)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["demo_episodes"] == 1 and not set(summary["obs_layout"]["state"]) & set(PRIVILEGED_FIELDS)
-    # The demo transitions went into the replay as the run's 23 proprio values (the store holds 29 per step).
+    # The demo transitions went into the replay as the run's 26 proprio values (the store holds 35 per step).
     with np.load(run / "checkpoints" / "final" / "buffer_demo.npz") as buf:
         valid, states = buf["valid"], buf["obs.state"]
-    assert valid.sum() >= 1 and states.shape[1] == 23
+    assert valid.sum() >= 1 and states.shape[1] == 26
 
 
 @pytest.mark.parametrize(

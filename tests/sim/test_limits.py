@@ -1,4 +1,4 @@
-"""A sim run inside a robot's limits (`env.limits=franka`): every command it makes is one the franka safety layer
+"""A sim run inside a robot's limits (`env.for_robot=franka`): every command it makes is one the franka safety layer
 passes uncut, from the state the arm would report; without the limits the same actions are cut; the scripted expert
 still solves the task and a training run takes the key."""
 
@@ -51,7 +51,7 @@ def _actions(kind: str, env, expert: ScriptedExpert, rng: np.random.Generator, t
 def _cuts(limits: str) -> collections.Counter:
     """Every step of an expert, an extreme and a wall-and-reversal episode, each command fed to franka's safety
     layer (reset per episode, as `RobotEnv.reset` does); counts what it cut."""
-    env, cuts = make_env(EnvConfig(limits=limits), seed=0), collections.Counter()
+    env, cuts = make_env(EnvConfig(for_robot=limits), seed=0), collections.Counter()
     for ep, kind in enumerate(("expert", "extreme", "walls")):
         env.reset(seed=ep)
         safety = SafetyFilter(FRANKA.safety, DT)
@@ -86,7 +86,7 @@ def test_the_expert_solves_pick_cube_inside_franka_limits(monkeypatch: pytest.Mo
     calls = collections.Counter()
     pose = Limiter.pose
     monkeypatch.setattr(Limiter, "pose", lambda self, *a: calls.update(["pose"]) or pose(self, *a))
-    env, expert = make_env(EnvConfig(limits="franka")), ScriptedExpert()
+    env, expert = make_env(EnvConfig(for_robot="franka")), ScriptedExpert()
     wins = 0
     for seed in range(20):
         env.reset(seed=seed)
@@ -108,17 +108,18 @@ def test_a_training_run_with_limits_collects_trains_and_evaluates_inside_them(
     calls = collections.Counter()
     pose = Limiter.pose
     monkeypatch.setattr(Limiter, "pose", lambda self, *a: calls.update(["pose"]) or pose(self, *a))
-    summary = train(load_config([f"run_dir={tmp_path}", "env.limits=franka", "loop.env_steps=40", "loop.eval_every=0",
-                                 "loop.final_eval_episodes=1", "demos.n_episodes=1", "profile=cpu"]))  # fmt: skip
+    summary = train(load_config([f"run_dir={tmp_path}", "env.for_robot=franka", "loop.env_steps=40",
+                                 "loop.eval_every=0", "loop.final_eval_episodes=1", "demos.n_episodes=1",
+                                 "profile=cpu"]))  # fmt: skip
     assert json.loads(summary.read_text())["status"] == "finished"
     assert calls["pose"] > 40 + 10  # the online steps, the demo's and the evaluation's
-    assert load_policy(tmp_path / "checkpoints" / "final")[1].env.limits == "franka"  # evals and deploy rebuild it
+    assert load_policy(tmp_path / "checkpoints" / "final")[1].env.for_robot == "franka"  # evals and deploy rebuild it
 
 
 def test_limits_need_the_entry_point_that_loads_them() -> None:
     from robot_rl.sim.envs import PandaEnv
 
     with pytest.raises(ValueError, match="build the env with make_env"):
-        PandaEnv(EnvConfig(limits="franka"))
-    with pytest.raises(ValueError, match="env.limits cuts the MuJoCo tasks' commands"):
-        make_env(EnvConfig(task="PickCube-v1", limits="franka"))
+        PandaEnv(EnvConfig(for_robot="franka"))
+    with pytest.raises(ValueError, match="env.for_robot runs the MuJoCo tasks"):
+        make_env(EnvConfig(task="PickCube-v1", for_robot="franka"))
