@@ -4,14 +4,20 @@ stall can be forced into its learner) against the sim robot in its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from real_util import spawn, stop
+from plain_ros import PlainNode, msg_type
+from real_util import children, latest, spawn, stop
 
 from robot_rl.config import load_config
 from robot_rl.loop.learner import Learner
@@ -69,3 +75,50 @@ def test_a_learner_stall_leaves_the_control_rate_intact_and_evaluations_wait_for
     actor = [s[1] for s in steps if s[0] == "actor"]
     assert actor == [*range(1, EPISODE + 1)] * (len(actor) // EPISODE) and len(actor) >= 60, actor
     assert [s[1] for s in steps if s[0] != "actor"] == [*range(1, EPISODE + 1)] * 3
+
+
+def test_a_stopped_learner_never_stops_the_arm_mid_episode(domain: int, tmp_path: Path) -> None:
+    """`launch` in real time: SIGSTOP the learner (no weights, no credits) for 3 s. The actor finishes the episode
+    under way at the control rate on the weights it has, then waits between episodes; none is aborted."""
+    run, log_path = tmp_path / "run", tmp_path / "launch.log"
+    sim = spawn("sim-robot", "--domain", str(domain))
+    log = log_path.open("w")
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "robot_rl.cli", "launch", "robot=sim", f"robot.domain_id={domain}",
+         f"distributed.transport.domain_id={domain}", f"robot.max_episode_steps={EPISODE}",
+         "intervention.enabled=false", "loop.env_steps=100", "loop.eval_every=0", "loop.checkpoint_every=20",
+         f"run_dir={run}", "threads=1", "profile=cpu"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+    )  # fmt: skip
+    commands: list[float] = []  # when each arm command was seen
+    resets: list[float] = []
+    try:
+        with PlainNode(domain) as peer:
+            peer.node.create_subscription(msg_type("geometry_msgs/msg/PoseStamped"), "/robot_rl/ee_target",
+                                          lambda m: commands.append(time.time()), 50)  # fmt: skip
+            peer.node.create_subscription(msg_type("std_msgs/msg/Int64"), "/robot_rl/reset",
+                                          lambda m: resets.append(time.time()), 10)  # fmt: skip
+            peer.spin_until(lambda: latest(run) >= 20 or launch.poll() is not None, 90, "a first checkpoint")
+            assert launch.poll() is None, log_path.read_text()[-3000:]
+            learner = children(launch.pid)["learner"]
+            os.kill(learner, signal.SIGSTOP)
+            stopped = time.time()
+            peer.spin_until(lambda: time.time() > stopped + 3.0, 10, "the stop")
+            os.kill(learner, signal.SIGCONT)
+            resumed = time.time()
+            peer.spin_until(lambda: launch.poll() is not None, 90, "the run to finish")
+        assert launch.wait() == 0, log_path.read_text()[-3000:]
+    finally:
+        stop(sim)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launch.pid, signal.SIGKILL)
+        launch.wait()
+        log.close()
+    out = log_path.read_text()
+    assert "episode aborted" not in out and json.loads((run / "summary.json").read_text())["env_steps"] == 100
+    # While the learner was stopped: commands at the control rate within each episode, then the actor waited.
+    during = [t for t in commands if stopped < t < resumed]
+    gaps = [b - a for a, b in zip(during, during[1:], strict=False) if not any(a < r < b for r in resets)]
+    assert gaps and max(gaps) < 2 * PERIOD, gaps
+    assert resumed - during[-1] > 1.0, (during, resumed)  # it held between episodes, not acting on and on
+    print(f"learner stopped {resumed - stopped:.1f} s: {len(during)} commands, gaps {max(gaps):.3f} s at most")
