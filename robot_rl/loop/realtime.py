@@ -166,3 +166,4 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
         arm.park()  # the episode under way ends at the control rate: the final evaluation resets an idle arm
     finally:
         arm.close()
+        stats.aborted = actor.stats.aborted  # including any after the last transition taken
