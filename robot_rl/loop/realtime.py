@@ -20,6 +20,7 @@ bit-reproducible.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from robot_rl.loop.trainer import TrainingRun
 
 Item = tuple[Transition, EpisodeResult | None]  # a transition, and the episode it ended
+_SWITCH_S = 0.0005  # the GIL switch interval while the actor runs in its thread (`learn_in_real_time`)
 
 
 class ActorThread:
@@ -131,6 +133,11 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
     between episodes, so the final evaluation finds the arm free; on an exception (Ctrl-C) it stops after its step.
     """
     learner, loop = run.learner, run.cfg.loop
+    # Each time the actor releases the GIL (a torch op, a ROS call, its sleep) a busy learner holds it until the
+    # switch interval ends: at CPython's 5 ms, 30-odd waits a step made steps 0.19 s long under a learner stall
+    # of pure Python, and the sim robot's 0.25 s watchdog held the arm. 0.5 ms keeps them at the period.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_S)
     arm = ActorThread(actor, human, learner.env_steps)
     pushed = (learner.env_steps, learner.updates)  # the env step and the version of the last weights pushed
 
@@ -166,4 +173,5 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
         arm.park()  # the episode under way ends at the control rate: the final evaluation resets an idle arm
     finally:
         arm.close()
+        sys.setswitchinterval(switch)
         stats.aborted = actor.stats.aborted  # including any after the last transition taken
