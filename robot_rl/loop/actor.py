@@ -97,6 +97,11 @@ class Actor:
         self._ep_return = 0.0
         return obs
 
+    @property
+    def between_episodes(self) -> bool:
+        """No episode under way: the next step resets, so the arm may be lent (an evaluation) or left."""
+        return self._obs is None
+
     def abandon_episode(self) -> None:
         """The env was reset under us (an evaluation on the same robot): the next step starts a new episode."""
         self._obs = None

@@ -36,6 +36,7 @@ from robot_rl.loop.checks import pick_state, state_fields
 from robot_rl.loop.classifier import run_classifier
 from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import BackgroundUpdates, Learner
+from robot_rl.loop.realtime import learn_in_real_time
 from robot_rl.loop.run import (
     EvalLog,
     RunState,
@@ -300,43 +301,71 @@ def train(cfg: TrainConfig) -> Path:
     actor = _make_actor(cfg, run, robot_env, human)
     actor.stats.episodes = run.state.episodes
     actor.load_weights(learner.policy_weights(), learner.updates)
-    background = BackgroundUpdates(learner) if cfg.loop.overlap else None
+    # A robot that does not wait for us (not lockstep): the actor steps it in its own thread (loop/realtime.py).
+    realtime = robot_env is not None and not cfg.robot.lockstep
+    stats = EpisodeStats(episodes=run.state.episodes) if realtime else actor.stats
+    background = BackgroundUpdates(learner) if cfg.loop.overlap and not realtime else None
     try:
-        while not run.done:
-            if human is not None:
-                human.set_progress(learner.env_steps)
-            for stream, t in _transitions(actor):  # with `background`, the actor stepped while the updates ran
-                if background is not None:
-                    background.wait()
-                learner.add(t, stream)
-                if background is None:
-                    learner.train_to_rate_limit()
-                if learner.env_steps % cfg.loop.sync_every == 0:
-                    actor.load_weights(learner.policy_weights(), learner.updates)
-                evals = len(run.eval_log.entries)
-                run.after_step(actor.stats)
-                if robot_env is not None and len(run.eval_log.entries) > evals:
-                    actor.abandon_episode()  # the evaluation reset the arm under the actor's episode
-                    learner.online.break_sequence()
-                if run.done:
-                    break
-            if background is not None:
-                background.start()  # the updates due for what was just added; the last ones end in `close`
+        if realtime:
+            learn_in_real_time(run, actor, stats, human)
+        else:
+            _learn_in_turns(run, actor, human, robot_env, background)
     except KeyboardInterrupt:  # Ctrl-C saves, as SERL and LeRobot users expect; a second one must not tear it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if background is not None:
             background.close()  # the updates under way finish (milliseconds) before the checkpoint reads them
-        return run.finish(actor.stats, interrupted=True)
+        return run.finish(stats, interrupted=True, **_control_summary(robot_env, stats, realtime))
     finally:
         if hasattr(human, "close"):  # a teleop device: release it (a keyboard gives the terminal back)
             human.close()
         if background is not None:
             background.close()
+    extra = _control_summary(robot_env, stats, realtime)
     try:
-        return run.finish(actor.stats)
+        return run.finish(stats, **extra)
     except KeyboardInterrupt:  # during the final evaluation: the run is saved all the same, as interrupted
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return run.finish(actor.stats, interrupted=True)
+        return run.finish(stats, interrupted=True, **extra)
+
+
+def _learn_in_turns(
+    run: TrainingRun,
+    actor: Actor | VecActor,
+    human: object | None,
+    robot_env: gym.Env | None,
+    background: BackgroundUpdates | None,
+) -> None:
+    """One thread (sim and lockstep runs): the actor steps, then the learner adds and updates (with `background`,
+    while the actor makes its next step), evaluates and checkpoints; bit-reproducible without `background`."""
+    cfg, learner = run.cfg, run.learner
+    while not run.done:
+        if human is not None:
+            human.set_progress(learner.env_steps)
+        for stream, t in _transitions(actor):  # with `background`, the actor stepped while the updates ran
+            if background is not None:
+                background.wait()
+            learner.add(t, stream)
+            if background is None:
+                learner.train_to_rate_limit()
+            if learner.env_steps % cfg.loop.sync_every == 0:
+                actor.load_weights(learner.policy_weights(), learner.updates)
+            evals = len(run.eval_log.entries)
+            run.after_step(actor.stats)
+            if robot_env is not None and len(run.eval_log.entries) > evals:
+                actor.abandon_episode()  # the evaluation reset the arm under the actor's episode
+                learner.online.break_sequence()
+            if run.done:
+                break
+        if background is not None:
+            background.start()  # the updates due for what was just added; the last ones end in `close`
+
+
+def _control_summary(robot_env: gym.Env | None, stats: EpisodeStats, realtime: bool) -> dict:
+    """A real-time run's control loop for summary.json: the arm's step periods and deadline misses (training and
+    periodic evaluation steps) and the training episodes a hold or late data aborted."""
+    if not realtime:
+        return {}
+    return {"control": {**robot_env.unwrapped.rate.stats(), "aborted_episodes": stats.aborted}}
 
 
 def _make_actor(

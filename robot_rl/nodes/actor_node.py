@@ -3,6 +3,11 @@
 Transitions stream out as they happen; weights are applied between steps. The actor never runs more than
 `steps_per_version` steps on one policy version while a learner is alive, which bounds policy lag even
 when actors are much faster than the learner.
+
+A robot that does not wait for us (not lockstep) is never left mid-episode: a command late by more than its
+driver's watchdog holds the arm and loses the episode. Its actor finishes each episode on the weights it has,
+sends mid-episode only what the learner's window has room for, and waits for weights or the learner only
+between episodes; a learner behind costs policy lag, not arm time.
 """
 
 from __future__ import annotations
@@ -76,10 +81,11 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
             actor.load_weights(*fresh)
             sender.policy_version = fresh[1]
         since_update = 0
+        realtime = cfg.robot is not None and not cfg.robot.lockstep
         period = 1.0 / dist.control_hz if dist.control_hz > 0 else 0.0
         next_tick = time.perf_counter()
         while (max_episodes <= 0 or actor.stats.episodes < max_episodes) and not sender.pub.learner_finished:
-            waiting = since_update >= dist.steps_per_version
+            waiting = since_update >= dist.steps_per_version and (not realtime or actor.between_episodes)
             if waiting:
                 flush(sender, actor_id)  # the learner needs these steps before it has a newer policy to give
             fresh = weights.poll(timeout_s=dist.learner_timeout_s if waiting else 0.0)
@@ -99,7 +105,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                 human.set_progress(actor.policy_version)  # version = learner updates = env steps consumed
             t = actor.step()
             sender.add_nowait(t)
-            if sender.batch_full or t.done:
+            if t.done or (sender.batch_full and not (realtime and sender.pub.full())):
                 flush(sender, actor_id)
             steps += 1
             since_update += 1

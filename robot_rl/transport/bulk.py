@@ -14,6 +14,7 @@ block (flow control) and nothing is ever dropped for lack of room.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import selectors
 import socket
@@ -269,6 +270,14 @@ class BulkPublisher(Publisher):
             self._send()
         if self._out and not stable and self._out[-1].obj is frame.obj:
             self._out[-1] = memoryview(bytes(self._out[-1]))  # the caller may reuse its buffer
+
+    def full(self) -> bool:
+        """Whether `publish` would wait now: `window` frames the learner has not taken (credits read, never waited
+        for). False without a connection: `publish` then raises at once."""
+        if self.in_flight >= self.window and self._sock is not None:
+            with contextlib.suppress(BackpressureTimeout):  # the connection just went: `publish` says so
+                self._read_credits()
+        return self._sock is not None and self.in_flight >= self.window
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Until the learner has taken every frame (benchmarks, tests, a clean shutdown)."""

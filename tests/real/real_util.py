@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def random_domain() -> int:
@@ -33,3 +34,20 @@ def wait_until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.005)
+
+
+def children(pid: int) -> dict[str, int]:
+    """`robot-rl launch`'s live node processes: "learner" / "actor" -> pid."""
+    out = {}
+    for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        cmd = Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")
+        role = next((a.decode() for a in cmd if a in (b"learner", b"actor")), None)
+        if role:
+            out[role] = int(c)
+    return out
+
+
+def latest(run: Path) -> int:
+    """Env steps of the newest committed checkpoint (0 before the first)."""
+    f = run / "checkpoints" / "latest"
+    return int(f.read_text().strip().removeprefix("step_")) if f.exists() and "step_" in f.read_text() else 0

@@ -15,27 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from plain_ros import PlainNode, msg_type
-from real_util import spawn, stop
+from real_util import children, latest, spawn, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros2]
 STEPS = 500
-
-
-def children(pid: int) -> dict[str, int]:
-    """`robot-rl launch`'s live node processes: "learner" / "actor" -> pid."""
-    out = {}
-    for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        cmd = Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")
-        role = next((a.decode() for a in cmd if a in (b"learner", b"actor")), None)
-        if role:
-            out[role] = int(c)
-    return out
-
-
-def latest(run: Path) -> int:
-    """Env steps of the newest committed checkpoint (0 before the first)."""
-    f = run / "checkpoints" / "latest"
-    return int(f.read_text().strip().removeprefix("step_")) if f.exists() and "step_" in f.read_text() else 0
 
 
 def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_holds_without_a_learner(
