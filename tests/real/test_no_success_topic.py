@@ -1,0 +1,67 @@
+"""A cell with no success topic, as a real one (#28): RobotEnv steps without one, an operator button that publishes
+only when pressed is never stale, and a classifier or a person's key judges success in training, evaluation and
+`deploy`. In-process (inproc transport) except the training run, which steps a lockstep sim robot process."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+
+import numpy as np
+import pytest
+from test_robot import Served, layout
+
+from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
+from robot_rl.real import msgs
+from robot_rl.real.config import load_robot_config
+from robot_rl.real.robot import RobotEnv
+from robot_rl.types import ObsLayout
+
+
+@pytest.fixture
+def robot_cfg():
+    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+
+
+def classifier(state_layout: dict, says: bool) -> RewardClassifier:
+    """One that calls every frame a success (`says`) or none: its threshold is below or above any probability."""
+    clf = RewardClassifier(max(b for _, b in state_layout.values()))
+    clf.threshold.fill_(-1.0 if says else 2.0)
+    return clf.eval()
+
+
+def test_without_a_success_topic_robot_env_steps_and_the_classifier_is_the_verdict(robot_cfg) -> None:
+    served = Served(robot_cfg)  # it still publishes the simulator's check: nothing on this side reads it
+    env = RobotEnv(dataclasses.replace(robot_cfg, success_topic=""), ObsLayout.from_slices(layout(), control_hz=20.0))
+    try:
+        env.reset(seed=1)
+        info = env.step(np.zeros(4))[4]
+        assert not env.judges_success and info["success"] is False
+        judged = ClassifierReward(env, classifier(env.obs_layout.state, says=True))
+        judged.reset(seed=2)
+        _, reward, terminated, truncated, info = judged.step(np.zeros(4))
+        assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+    finally:
+        env.close()
+        served.close()
+
+
+def test_an_event_success_topic_is_never_stale_and_a_press_counts_for_its_episode_only(robot_cfg) -> None:
+    served = Served(robot_cfg)
+    button = served.tx.publisher("operator/success", msgs.BOOL)
+    cfg = dataclasses.replace(robot_cfg, success_topic="operator/success", success_event=True)
+    env = RobotEnv(cfg, ObsLayout.from_slices(layout(), control_hz=20.0))
+    try:
+        env.reset(seed=1)
+        for _ in range(3):  # silent for longer than any staleness limit: no StaleDataError
+            assert env.step(np.zeros(4))[2:4] == (False, False)
+            time.sleep(0.05)
+        button.publish(msgs.scalar(msgs.BOOL, True))
+        _, reward, terminated, _, info = env.step(np.zeros(4))
+        assert env.judges_success and terminated and reward == 1.0 and info["success"]
+        _, info = env.reset(seed=2)
+        assert not info["success"] and not env.step(np.zeros(4))[4]["success"]
+    finally:
+        env.close()
+        served.close()
