@@ -62,6 +62,10 @@ class HumanConfig(InterventionConfig):
     operator on the sim robot that follows the same settings) takes over whenever its intervene toggle is on."""
 
     device: str = ""
+    # The simulated operator (device=simulated) presses its success / failure keys when the sim robot's own success
+    # topic changes, which is the simulator's check, not a person's judgement: its keys count (as `reward.keys`
+    # lets a person's) only with this set. Off, it drives and takes over, and the reward is the classifier's alone.
+    success_from_sim: bool = False
 
 
 @dataclass
@@ -148,6 +152,13 @@ class TrainConfig:
     run_dir: str = ""  # empty => runs/<task>-<obs>-s<seed>-<time>
     resume: str = ""  # a run directory to continue from its latest checkpoint
 
+    @property
+    def keys_count(self) -> bool:
+        """Whether the intervention device's success / failure keys override the reward: a person's with
+        `reward.keys`, the simulated operator's (the sim's own success check) only with `success_from_sim` too."""
+        c = self.intervention
+        return c.enabled and bool(c.device) and self.reward.keys and (c.device != "simulated" or c.success_from_sim)
+
 
 # Lowest value that makes sense for each numeric key a person commonly sets; anything below fails at start-up.
 MINIMUM = {
@@ -212,6 +223,9 @@ def _algo_problem(cfg: TrainConfig) -> str:
                 "intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)")  # fmt: skip
     if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
         return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
+    if cfg.intervention.success_from_sim and cfg.intervention.device != "simulated":
+        return ("intervention.success_from_sim lets the simulated operator's keys reward: it needs "
+                "intervention.device=simulated (a person's keys count with reward.keys)")  # fmt: skip
     return ""
 
 
@@ -275,6 +289,11 @@ def _robot_problem(cfg: TrainConfig) -> str:
         return (f"{where}: the simulated human needs the simulator's object state; set intervention.device="
                 "spacemouse|gamepad|keyboard|simulated (a person, or the simulated operator on the sim robot), or "
                 "intervention.enabled=false")  # fmt: skip
+    if not cfg.robot.success_topic and cfg.reward.source != "classifier":
+        return (f"{where}: the robot config has no success_topic, so nothing says when an episode succeeded: set "
+                "reward.source=classifier reward.classifier_path=<file> (it rewards training and judges evaluations; "
+                "a person's keys still override it), or name one (robot.success_topic=<topic>, and "
+                "robot.success_event=true for a button that publishes only when pressed)")  # fmt: skip
     if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
         return (f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator labels "
                 "frames; label them in `robot-rl collect --label-frames N` and train one with `robot-rl classifier "

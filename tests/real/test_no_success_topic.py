@@ -13,6 +13,9 @@ import pytest
 from test_robot import Served, layout
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
+from robot_rl.config import load_config
+from robot_rl.errors import ConfigError
+from robot_rl.loop.run import reward_source
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
@@ -65,3 +68,17 @@ def test_an_event_success_topic_is_never_stale_and_a_press_counts_for_its_episod
     finally:
         env.close()
         served.close()
+
+
+def test_a_robot_run_without_a_success_topic_needs_a_classifier_and_the_simulated_operator_never_rewards() -> None:
+    with pytest.raises(ConfigError, match="no success_topic, so nothing says when an episode succeeded"):
+        load_config(["robot=sim", "robot.success_topic=", "intervention.device=keyboard"])
+    base = ["robot=sim", "reward.source=classifier", "reward.classifier_path=c.safetensors"]
+    sim_op = load_config([*base, "intervention.device=simulated"])
+    assert not sim_op.keys_count and reward_source(sim_op) == "classifier"
+    said = load_config([*base, "intervention.device=simulated", "intervention.success_from_sim=true"])
+    assert said.keys_count and "the simulated operator's keys (the sim's success topic)" in reward_source(said)
+    person = load_config([*base, "robot.success_topic=", "intervention.device=keyboard"])
+    assert person.keys_count and reward_source(person) == "classifier + operator keys"
+    with pytest.raises(ConfigError, match="success_from_sim .* needs intervention.device=simulated"):
+        load_config([*base, "intervention.device=keyboard", "intervention.success_from_sim=true"])
