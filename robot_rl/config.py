@@ -81,6 +81,12 @@ class LoopConfig:
     eval_at_start: bool = False
     eval_episodes: int = 20
     final_eval_episodes: int = 50
+    # Robot runs only (a sim evaluation costs no arm time): the robot-minutes (env steps / control rate) one
+    # periodic evaluation, and the baseline or final one, may take. Each runs as many of its episodes as fit when
+    # every one lasts its time limit, at least one; 0 = no cap. 20 + 50 episodes of 5 s cost more arm time than a
+    # 5-minute run trained (#28).
+    eval_robot_minutes: float = 1.0
+    final_eval_robot_minutes: float = 2.0
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables)
     max_minutes: float = 0.0  # wall-clock budget for this run, resumes included (0 = none)
     checkpoint_every: int = 2000  # env steps; 0 => only at the end
@@ -168,6 +174,8 @@ MINIMUM = {
     "loop.eval_every": 0,
     "loop.eval_episodes": 1,
     "loop.final_eval_episodes": 1,
+    "loop.eval_robot_minutes": 0,
+    "loop.final_eval_robot_minutes": 0,
     "loop.max_minutes": 0,
     "loop.checkpoint_every": 0,
     "loop.buffer_capacity": 1,

@@ -91,6 +91,7 @@ class RunState:
     episodes: int = 0
     wall_clock_s: float = 0.0
     best_eval_success: float = 0.0
+    eval_robot_s: float = 0.0  # a robot run's arm time spent in evaluations (env steps / control rate)
 
 
 def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
@@ -144,6 +145,12 @@ def reward_source(cfg: TrainConfig) -> str:
     if cfg.reward.source == "classifier":
         return "classifier" + keys
     return f"{cfg.robot.success_topic} topic{keys}" if cfg.robot is not None else cfg.reward.source
+
+
+def success_judge(cfg: TrainConfig) -> str:
+    """What a robot run's evaluations count as success: its success topic, else the run's classifier."""
+    topic = cfg.robot.success_topic
+    return f"{topic} {'button' if cfg.robot.success_event else 'topic'}" if topic else "classifier"
 
 
 def print_eval_table(evals: list[dict]) -> None:

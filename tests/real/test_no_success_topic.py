@@ -5,20 +5,23 @@ only when pressed is never stale, and a classifier or a person's key judges succ
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from real_util import spawn, stop
 from test_robot import Served, layout
 
-from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
+from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, save_classifier
 from robot_rl.config import load_config
 from robot_rl.errors import ConfigError
 from robot_rl.loop.run import reward_source
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
-from robot_rl.real.robot import RobotEnv
+from robot_rl.real.robot import RobotEnv, proprio_layout
 from robot_rl.types import ObsLayout
 
 
@@ -82,3 +85,34 @@ def test_a_robot_run_without_a_success_topic_needs_a_classifier_and_the_simulate
     assert person.keys_count and reward_source(person) == "classifier + operator keys"
     with pytest.raises(ConfigError, match="success_from_sim .* needs intervention.device=simulated"):
         load_config([*base, "intervention.device=keyboard", "intervention.success_from_sim=true"])
+
+
+def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_classifier_in_robot_minutes(
+    domain: int, tmp_path: Path
+) -> None:
+    """The classifier calls every frame a success, the sim robot's own check never would: every evaluation episode
+    ends at its first step as a success. Evaluations run as many episodes as fit in their robot-minutes."""
+    robot = load_robot_config("sim")
+    lay = proprio_layout(robot)
+    clf_path, run = tmp_path / "clf.safetensors", tmp_path / "run"
+    meta = {"state_layout": {k: [s.start, s.stop] for k, s in lay.items()}, "cameras": [], "image_size": 0}
+    save_classifier(classifier({k: (s.start, s.stop) for k, s in lay.items()}, says=True), clf_path, meta)
+    sim = spawn("sim-robot", "--lockstep", "--domain", str(domain))
+    try:
+        tr = spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "robot.success_topic=",
+                   "intervention.enabled=false", "threads=1", "reward.source=classifier",
+                   f"reward.classifier_path={clf_path}", "loop.env_steps=30", "loop.eval_every=15",
+                   "loop.eval_episodes=5", "loop.eval_robot_minutes=0.01", "loop.final_eval_episodes=5",
+                   "loop.final_eval_robot_minutes=0.25", "loop.stop_at_success=2", "loop.checkpoint_every=0",
+                   f"run_dir={run}")  # fmt: skip
+        _, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+    finally:
+        stop(sim)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["success_judge"] == "classifier" and summary["reward_source"] == "classifier"
+    # 0.01 min fits no 5 s episode (one runs), 0.25 min fits three; each lasts one step
+    assert [(e["episodes"], e["success_rate"], e["mean_length"]) for e in summary["evals"]] == [
+        (1, 1.0, 1.0), (1, 1.0, 1.0), (3, 1.0, 1.0)]  # fmt: skip
+    assert summary["robot_minutes_training"] == round(30 / 10 / 60, 3)
+    assert summary["robot_minutes_eval"] == round(5 / 10 / 60, 3) == summary["evals"][-1]["robot_minutes_eval"]
