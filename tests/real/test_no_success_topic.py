@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from real_util import spawn, stop
 from test_robot import Served, layout
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, save_classifier
+from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts
 from robot_rl.config import load_config
-from robot_rl.errors import ConfigError
+from robot_rl.demos.teleop import DeviceCommand
+from robot_rl.errors import ConfigError, UserError
 from robot_rl.loop.run import reward_source
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
+from robot_rl.real.deploy import deploy
 from robot_rl.real.robot import RobotEnv, proprio_layout
 from robot_rl.types import ObsLayout
 
@@ -71,6 +75,60 @@ def test_an_event_success_topic_is_never_stale_and_a_press_counts_for_its_episod
     finally:
         env.close()
         served.close()
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few-step PickCube state run: a checkpoint to deploy (what it learned does not matter here)."""
+    from robot_rl.loop.trainer import train
+
+    run = tmp_path_factory.mktemp("sim_run")
+    train(load_config([f"run_dir={run}", "loop.env_steps=10", "loop.eval_every=0", "loop.final_eval_episodes=1",
+                       "loop.checkpoint_every=0", "demos.n_episodes=1", "profile=cpu", "threads=1"]))  # fmt: skip
+    return run
+
+
+class Presses:
+    """A teleop device whose success key goes down at its `at`-th poll of each episode."""
+
+    name, source = "test", "teleop"
+
+    def __init__(self, at: int) -> None:
+        self.at, self.polls = at, 0
+
+    def reset(self) -> None:
+        self.polls = 0
+
+    def poll(self, env) -> DeviceCommand:
+        self.polls += 1
+        events = frozenset({"success"}) if self.polls == self.at else frozenset()
+        return DeviceCommand(np.zeros(6, np.float32), -1.0, False, events)
+
+    def close(self) -> None:
+        pass
+
+
+def test_deploy_without_a_success_topic_is_judged_by_the_runs_classifier_else_a_key_else_says_what_to_set(
+    robot_cfg, sim_run: Path, tmp_path: Path
+) -> None:
+    cfg = dataclasses.replace(robot_cfg, success_topic="")
+    with pytest.raises(UserError, match="no success_topic .* saved no reward classifier.*--teleop"):
+        deploy(sim_run, cfg, 1, status=False)
+    served = Served(robot_cfg)
+    try:
+        keyed = deploy(sim_run, cfg, 2, device=Presses(at=4), status=False)
+        run = tmp_path / "run"  # the same run, now with a classifier saved beside its checkpoints
+        shutil.copytree(sim_run / "checkpoints", run / "checkpoints")
+        lay = checkpoint_layouts(run / "checkpoints" / "final", checkpoint_config(sim_run))["env"]
+        meta = {"state_layout": {k: list(v) for k, v in lay.state.items()}, "cameras": [], "image_size": 0}
+        save_classifier(classifier(lay.state, says=True), run / "reward_classifier.safetensors", meta)
+        judged = deploy(run, cfg, 2, status=False)
+    finally:
+        served.close()
+    assert keyed["success_judge"] == "success key" and keyed["success_rate"] == 1.0
+    assert [e["steps"] for e in keyed["per_episode"]] == [3, 3]  # ended at the press, before a 4th step
+    assert judged["success_judge"].startswith("classifier") and judged["success_rate"] == 1.0
+    assert [e["steps"] for e in judged["per_episode"]] == [1, 1]  # the sim's own check never saw a lift
 
 
 def test_a_robot_run_without_a_success_topic_needs_a_classifier_and_the_simulated_operator_never_rewards() -> None:
