@@ -149,7 +149,8 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
     domain: int, tmp_path: Path
 ) -> None:
     """The classifier calls every frame a success, the sim robot's own check never would: every evaluation episode
-    ends at its first step as a success. Evaluations run as many episodes as fit in their robot-minutes."""
+    ends at its first step as a success. Evaluations run as many episodes as fit in their robot-minutes. The
+    simulated operator watches (its eyes still read the sim's check, which the run's config does not name)."""
     robot = load_robot_config("sim")
     lay = proprio_layout(robot)
     clf_path, run = tmp_path / "clf.safetensors", tmp_path / "run"
@@ -158,7 +159,7 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain))
     try:
         tr = spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "robot.success_topic=",
-                   "intervention.enabled=false", "threads=1", "reward.source=classifier",
+                   "intervention.device=simulated", "threads=1", "reward.source=classifier",
                    f"reward.classifier_path={clf_path}", "loop.env_steps=30", "loop.eval_every=15",
                    "loop.eval_episodes=5", "loop.eval_robot_minutes=0.01", "loop.final_eval_episodes=5",
                    "loop.final_eval_robot_minutes=0.25", "loop.stop_at_success=2", "loop.checkpoint_every=0",
