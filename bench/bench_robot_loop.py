@@ -6,7 +6,8 @@ and everything else through `RobotEnv` as on an arm, from cameras + proprio (no 
 2. classifier: trained on those labelled frames (`robot-rl classifier train`), precision / recall / false-positive
    rate on held-out episodes, threshold picked on validation episodes for a low false-positive rate;
 3. training: `robot-rl train robot=sim` with the simulated operator intervening through the device interface and
-   the reward from the classifier only (its keys do not count: `reward.keys=false`); success is judged by the sim
+   the reward from the classifier only (its keys, pressed from the sim's success topic, count only with
+   `intervention.success_from_sim=true`, off by default); success is judged by the sim
    robot's success topic at evaluation only. Baseline in the same run: the untrained policy, evaluated at env step 0
    on the final evaluation's episodes (`loop.eval_at_start`, as tests/real/test_robot_loop.py does).
 
@@ -114,7 +115,7 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
             cli("train", f"resume={run_dir}", budget, *extra)
             return
         cli("train", *robot_args(domain), f"run_dir={run_dir}", f"demos.path={store}", "reward.source=classifier",
-            f"reward.classifier_path={clf}", "reward.keys=false", "intervention.device=simulated",
+            f"reward.classifier_path={clf}", "intervention.device=simulated",
             "intervention.trigger=no_progress", "intervention.patience=5", "loop.eval_at_start=true", budget,
             *extra)  # fmt: skip
 
@@ -219,6 +220,7 @@ def main(quick: bool = False, minutes: float = 40.0) -> list[dict]:
         {"bench": "robot loop: " + ("finished" if done else "budget spent, resumable"),
          "final_success": summary.get("final_success_rate"), "env_steps": evals[-1]["env_steps"] if evals else 0,
          "robot_min_training": (evals[-1]["env_steps"] if evals else 0) / HZ / 60.0,
+         "robot_min_eval": evals[-1].get("robot_minutes_eval") if evals else None,
          "robot_min_all": sum(state["robot_s"].values()) / 60.0, "wall_min": sum(state["wall_s"].values()) / 60.0,
          f"goal_{GOAL}_within_{GOAL_MINUTES:.0f}_robot_min": reached is not None and reached <= GOAL_MINUTES,
          "reached_at_robot_min": reached, "intervention_rate": summary.get("intervention_rate"),

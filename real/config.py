@@ -57,7 +57,12 @@ class RobotConfig:
     joint_state_topic: str = "joint_states"
     ee_pose_topic: str = "ee_pose"
     object_pose_topic: str = "object_pose"  # "" => the task needs no object state
-    success_topic: str = "success"  # std_msgs/Bool; "" => episodes only end by time (or a human)
+    # std_msgs/Bool the robot side streams (the sim robot: the simulator's check), read fresh each step; "" => none,
+    # as on a real cell: a run's classifier (reward.source=classifier) or a person's key judges success instead.
+    success_topic: str = "success"
+    # The success topic is an event (an operator button that publishes True only when pressed): a True received
+    # since the episode's reset is success, and its silence is never stale.
+    success_event: bool = False
     # geometry_msgs/WrenchStamped, the force the world exerts on the hand in the base frame (a policy trained with
     # `randomization.observe_force` reads it); "" => none. `wrench_sign` -1 flips a driver that reports the hand's
     # force on the world instead: pressing the gripper down on the table must read +z (docs/ros2_interface.md).

@@ -5,6 +5,10 @@ layout, cameras, action scale (`max_step`), control rate and episode length foll
 where the topics are. Every command goes through the robot env's `SafetyFilter`. With `--teleop`, a human can take
 over (the device's intervene toggle) and press the device's failure button as an e-stop; `--record` appends
 every episode to a zarr `EpisodeStore` in the same layout as sim demos.
+
+Success is the robot's success topic where its config names one; a real cell has none, and then the classifier
+saved with the checkpoint's run judges (ending the episode where it sees success, as in training), else the
+person's success key on the `--teleop` device (`success_judge`).
 """
 
 from __future__ import annotations
@@ -20,14 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, load_classifier
 from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
 from robot_rl.errors import UserError
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import percentiles_ms
+from robot_rl.types import ObsLayout
 
 log = logging.getLogger("robot_rl.deploy")
 ESTOP_EVENT = "failure"  # the teleop button that doubles as an e-stop during deployment
+SUCCESS_EVENT = "success"  # the teleop button that says "done" where nothing else judges success
 
 
 @dataclass
@@ -53,6 +60,30 @@ def _status_line(env: RobotEnv, ep: int, t: int, interventions: int, out: Any) -
     out.flush()
 
 
+def success_judge(
+    checkpoint: Path, layout: ObsLayout, robot: RobotConfig, keys: bool
+) -> tuple[str, RewardClassifier | None]:
+    """(what says an episode succeeded, the classifier if it is one): the robot's success topic; without one the
+    classifier saved with the checkpoint's run (`checkpoints/<name>/../../reward_classifier.safetensors`); else the
+    person's success key, where there is a teleop device (`keys`)."""
+    if robot.success_topic:
+        return f"{robot.success_topic} {'button' if robot.success_event else 'topic'}", None
+    saved = checkpoint.parent.parent / "reward_classifier.safetensors"
+    if saved.is_file():
+        clf, meta = load_classifier(saved)
+        reads = (meta["state_layout"], meta["cameras"])
+        if reads != ({k: list(v) for k, v in layout.state.items()}, list(layout.cameras)):
+            raise UserError(f"{saved} reads state {reads[0]}, cameras {reads[1]}; the policy observes "
+                            f"{layout.to_dict()['state']}, cameras {list(layout.cameras)}")  # fmt: skip
+        return f"classifier {saved}", clf
+    if keys:
+        return "success key", None
+    raise UserError(f"robot {robot.name} has no success_topic and {checkpoint.parent.parent} saved no reward "
+                    "classifier, so nothing says when an episode succeeded: name the robot's success topic "
+                    "(success_topic=<topic>, plus success_event=true for a button), or judge with a person's success "
+                    "key (--teleop keyboard|gamepad|spacemouse)")  # fmt: skip
+
+
 def deploy(
     checkpoint: Path,
     robot: RobotConfig,
@@ -64,7 +95,8 @@ def deploy(
     status: bool = True,
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
-    `device`, its intervene toggle hands control to the human and its failure button is an e-stop."""
+    `device`, its intervene toggle hands control to the human and its failure button is an e-stop (and its success
+    button ends an episode as a success where it is the judge: `success_judge`)."""
     from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, load_policy, resolve_checkpoint
     from robot_rl.envs import make_env
     from robot_rl.loop.adapters import env_policy
@@ -80,7 +112,9 @@ def deploy(
     agent, _ = load_policy(checkpoint)
     policy = env_policy(cfg, agent)  # a residual agent runs with its frozen base
     layout = layout.replace(control_hz=hz or layout.control_hz)
+    judge, clf = success_judge(checkpoint, layout, robot, device is not None)
     env = make_env(cfg.env, robot=robot, node_name="robot_rl_deploy", layout=layout)
+    judged = env if clf is None else ClassifierReward(env, clf)  # what the episodes step; `env` stays the robot
     store = None
     if record is not None:
         from robot_rl.demos.store import EpisodeStore
@@ -91,7 +125,7 @@ def deploy(
     try:
         for ep in range(episodes):
             try:
-                obs, info = env.reset(seed=seed + ep)
+                obs, info = judged.reset(seed=seed + ep)
             except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
                 stopped = f"SafetyStop: {e}"
                 break
@@ -107,10 +141,13 @@ def deploy(
                     cmd = device.poll(env)
                     if ESTOP_EVENT in cmd.events:
                         env.estop("teleop e-stop button")
+                    if judge == "success key" and SUCCESS_EVENT in cmd.events:
+                        info = {"success": True}  # the person saw the task done: the episode ends here
+                        break
                     if cmd.intervene:
                         action, intervened = to_action(cmd, 4), True
                 try:
-                    next_obs, reward, terminated, truncated, info = env.step(action)
+                    next_obs, reward, terminated, truncated, info = judged.step(action)
                 except (SafetyStop, StaleDataError) as e:
                     reason, held = f"{type(e).__name__}: {e}", e.safety_failure
                     break
@@ -155,6 +192,7 @@ def deploy(
         "latency_p50_ms": lat50,
         "latency_p99_ms": lat99,
         "stopped": stopped,
+        "success_judge": judge,
         "per_episode": results,
     }
 
@@ -182,8 +220,9 @@ def main(argv: list[str]) -> int:
     if ns.teleop == "keyboard":
         from robot_rl.demos.teleop.keyboard import key_help
 
-        labels = {"intervene": "take over / hand back", "failure": "E-STOP"}
-        print(key_help(("intervene", "gripper", ESTOP_EVENT), labels), file=sys.stderr)
+        labels = {"intervene": "take over / hand back", ESTOP_EVENT: "E-STOP", SUCCESS_EVENT: "episode succeeded"}
+        keys = ("intervene", "gripper", ESTOP_EVENT, *((SUCCESS_EVENT,) if not robot.success_topic else ()))
+        print(key_help(keys, labels), file=sys.stderr)
     try:
         summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
     finally:

@@ -6,7 +6,10 @@ turns that into the command that is published; the env then sleeps to the next a
 observation from the newest messages. Every stream used in an observation must be younger than
 `cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
 a policy never acts on old data. A latched safety fault (e-stop, watchdog, limits) raises `SafetyStop` after
-the hold command went out; `reset()` clears it once the e-stop is released.
+the hold command went out; `reset()` clears it once the e-stop is released. Success comes from a streaming
+success topic (checked like the state), from an event topic (`cfg.success_event`: an operator button, never
+stale), or from nothing (`judges_success` False: the run's classifier or a person's key judges, `ClassifierReward`
+or the actor).
 
 With `cfg.lockstep` (a sim robot that advances one control period per command) a step waits for the state
 stamped after its command instead of sleeping, so it runs as fast as both sides compute; ages are not checked
@@ -201,8 +204,14 @@ class RobotEnv(gym.Env):
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
             self._subs[f"camera:{name}"] = self.tx.subscription(cam.topic, kind, SENSOR_QOS)
-        if cfg.success_topic:
+        if cfg.success_topic and not cfg.success_event:
             self._subs["success"] = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
+        # A button publishes only when pressed, with whatever QoS its node has: the volatile best-effort reader
+        # matches every publisher, and a press from before this node started is no verdict on this episode.
+        self._button = None
+        if cfg.success_topic and cfg.success_event:
+            self._button = self.tx.subscription(cfg.success_topic, msgs.BOOL, COMMAND_READER_QOS)
+        self._pressed = False  # the button said success since the episode's reset
         self._estop = EstopListener(self.tx, cfg.estop_topic)
         # Robots that report their own hold (the sim robot; drivers that do not publish it leave this silent).
         self._status_sub = self.tx.subscription(cfg.status_topic, msgs.STRING, LATCHED_QOS)
@@ -242,6 +251,8 @@ class RobotEnv(gym.Env):
                 self._latest[key] = (got[-1], now)
                 for m in got if key != "success" else ():
                     self._clocks[key].add(msgs.stamp_of(m))
+        if self._button is not None and any(m.data for m in self._button.take()):
+            self._pressed = True
         if self._estop.poll():
             self.safety.estop("estop topic")
         if status := self._status_sub.take():
@@ -354,7 +365,14 @@ class RobotEnv(gym.Env):
         """Field -> slice of `obs["state"]`, as the sim env names it (episode meta records it)."""
         return dict(self.layout)
 
+    @property
+    def judges_success(self) -> bool:
+        """Whether `info["success"]` says anything: False without a success topic (then it is always False)."""
+        return bool(self.cfg.success_topic)
+
     def _success(self) -> bool:
+        if self._button is not None:
+            return self._pressed
         if "success" not in self._subs:
             return False
         self._check_fresh(["success"], time.time())
@@ -499,6 +517,7 @@ class RobotEnv(gym.Env):
         self._prev_tcp = None
         self._obj_start = None  # the next observation's object pose
         self._t = 0
+        self._pressed = False  # a press while the scene was being reset is no verdict on the new episode
         self._past[:] = REST_ACTION
         if self.held_grip is not None:
             self._past[:, 3] = self.held_grip

@@ -32,16 +32,17 @@ class SceneWatcher:
     def __init__(
         self, robot: RobotConfig, transport: Transport | None = None, node_name: str = "robot_rl_operator"
     ) -> None:
-        if not robot.object_pose_topic or not robot.success_topic:
-            raise ValueError(f"robot {robot.name!r}: the simulated operator watches object_pose_topic and "
-                             "success_topic, and this config has none (a real cell has a person instead)")  # fmt: skip
+        if not robot.object_pose_topic:
+            raise ValueError(f"robot {robot.name!r}: the simulated operator watches object_pose_topic, and this "
+                             "config has none (a real cell has a person instead)")  # fmt: skip
         self.tx = transport or make_transport(
             TransportConfig(backend=robot.backend, domain_id=robot.domain_id, namespace=robot.namespace,
                             node_name=node_name)
         )  # fmt: skip
         self._own = transport is None
         self._object = self.tx.subscription(robot.object_pose_topic, msgs.POSE, SENSOR_QOS)
-        self._success = self.tx.subscription(robot.success_topic, msgs.BOOL, SENSOR_QOS)
+        # Where the sim robot publishes it: on `success` when the config names none (the policy side then has none).
+        self._success = self.tx.subscription(robot.success_topic or "success", msgs.BOOL, SENSOR_QOS)
         self._pose: tuple[np.ndarray, float, float] | None = None  # (position, stamp, local receive time)
         self._flag: tuple[bool, float] | None = None  # (success, local receive time)
 

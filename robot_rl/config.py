@@ -63,6 +63,10 @@ class HumanConfig(InterventionConfig):
     operator on the sim robot that follows the same settings) takes over whenever its intervene toggle is on."""
 
     device: str = ""
+    # The simulated operator (device=simulated) presses its success / failure keys when the sim robot's own success
+    # topic changes, which is the simulator's check, not a person's judgement: its keys count (as `reward.keys`
+    # lets a person's) only with this set. Off, it drives and takes over, and the reward is the classifier's alone.
+    success_from_sim: bool = False
 
 
 @dataclass
@@ -78,6 +82,12 @@ class LoopConfig:
     eval_at_start: bool = False
     eval_episodes: int = 20
     final_eval_episodes: int = 50
+    # Robot runs only (a sim evaluation costs no arm time): the robot-minutes (env steps / control rate) one
+    # periodic evaluation, and the baseline or final one, may take. Each runs as many of its episodes as fit when
+    # every one lasts its time limit, at least one; 0 = no cap. 20 + 50 episodes of 5 s cost more arm time than a
+    # 5-minute run trained (#28).
+    eval_robot_minutes: float = 1.0
+    final_eval_robot_minutes: float = 2.0
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables)
     max_minutes: float = 0.0  # wall-clock budget for this run, resumes included (0 = none)
     checkpoint_every: int = 2000  # env steps; 0 => only at the end
@@ -153,6 +163,13 @@ class TrainConfig:
     # start fresh, the trunks are not pretrained again. Ignored on a resume, whose checkpoint holds them all.
     init_from: str = ""
 
+    @property
+    def keys_count(self) -> bool:
+        """Whether the intervention device's success / failure keys override the reward: a person's with
+        `reward.keys`, the simulated operator's (the sim's own success check) only with `success_from_sim` too."""
+        c = self.intervention
+        return c.enabled and bool(c.device) and self.reward.keys and (c.device != "simulated" or c.success_from_sim)
+
 
 # Lowest value that makes sense for each numeric key a person commonly sets; anything below fails at start-up.
 MINIMUM = {
@@ -162,6 +179,8 @@ MINIMUM = {
     "loop.eval_every": 0,
     "loop.eval_episodes": 1,
     "loop.final_eval_episodes": 1,
+    "loop.eval_robot_minutes": 0,
+    "loop.final_eval_robot_minutes": 0,
     "loop.max_minutes": 0,
     "loop.checkpoint_every": 0,
     "loop.buffer_capacity": 1,
@@ -220,6 +239,9 @@ def _algo_problem(cfg: TrainConfig) -> str:
                 f"starts algo=sac runs only (got algo={cfg.algo})"))  # fmt: skip
     if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
         return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
+    if cfg.intervention.success_from_sim and cfg.intervention.device != "simulated":
+        return ("intervention.success_from_sim lets the simulated operator's keys reward: it needs "
+                "intervention.device=simulated (a person's keys count with reward.keys)")  # fmt: skip
     return ""
 
 
@@ -292,6 +314,11 @@ def _robot_problem(cfg: TrainConfig) -> str:
         return (f"{where}: the simulated human needs the simulator's object state; set intervention.device="
                 "spacemouse|gamepad|keyboard|simulated (a person, or the simulated operator on the sim robot), or "
                 "intervention.enabled=false")  # fmt: skip
+    if not cfg.robot.success_topic and cfg.reward.source != "classifier":
+        return (f"{where}: the robot config has no success_topic, so nothing says when an episode succeeded: set "
+                "reward.source=classifier reward.classifier_path=<file> (it rewards training and judges evaluations; "
+                "a person's keys still override it), or name one (robot.success_topic=<topic>, and "
+                "robot.success_event=true for a button that publishes only when pressed)")  # fmt: skip
     if cfg.reward.source == "classifier" and not cfg.reward.classifier_path:
         return (f"{where}: reward.source=classifier needs reward.classifier_path: on a robot no simulator labels "
                 "frames; label them in `robot-rl collect --label-frames N` and train one with `robot-rl classifier "

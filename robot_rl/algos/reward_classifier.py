@@ -182,7 +182,9 @@ def classifier_rewards(episode: Iterable[Transition], clf: RewardClassifier) -> 
 
 class ClassifierReward(gym.Wrapper):
     """Reward and success-termination come from the classifier alone; the env's own flag stays in
-    `info["success"]` so evaluation still measures the truth.
+    `info["success"]` so evaluation still measures the truth. A robot with no success topic has no such flag
+    (`judges_success` False): there the classifier's verdict is `info["success"]` too, what training statistics,
+    evaluations and `deploy` then count.
 
     The env's `terminated` is its own success check (the sim's, or a robot's success topic), so it is ignored:
     the episode ends on the classifier's verdict or on the time limit, counted here (a robot env does not
@@ -207,5 +209,7 @@ class ClassifierReward(gym.Wrapper):
         p = self.clf.success_prob(obs)
         detected = p > self.threshold
         info["classifier_prob"] = p
+        if not getattr(self.env.unwrapped, "judges_success", True):
+            info["success"] = detected
         out_of_time = truncated or self._t >= self.env.unwrapped.max_episode_steps
         return obs, float(detected), detected, out_of_time and not detected, info

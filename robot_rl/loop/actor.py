@@ -159,10 +159,9 @@ class Actor:
             # An agent step that ran a whole action chunk (DSRL) says how many env steps it took.
             extras={"chunk_length": np.float32(info["chunk_length"])} if "chunk_length" in info else {},
         )
-        if t.done:
-            self.last_episode = EpisodeResult(
-                bool(info["success"]), self._ep_len, self._ep_return, self._ep_interventions
-            )
+        if t.done:  # a person's verdict is the episode's outcome (a robot with no success topic has no other)
+            success = verdict == "success" if verdict is not None else bool(info["success"])
+            self.last_episode = EpisodeResult(success, self._ep_len, self._ep_return, self._ep_interventions)
             self.stats.record(self.last_episode.success, self._ep_len, self._ep_interventions)
             self._obs = None
         else:

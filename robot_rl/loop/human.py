@@ -66,4 +66,4 @@ def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator"
             device = make_device(c.device, seed)
         except ValueError as e:
             raise UserError(f"intervention.device={c.device}: {e}") from None
-    return DeviceIntervener(device, keys=cfg.reward.keys)
+    return DeviceIntervener(device, keys=cfg.keys_count)

@@ -91,6 +91,7 @@ class RunState:
     episodes: int = 0
     wall_clock_s: float = 0.0
     best_eval_success: float = 0.0
+    eval_robot_s: float = 0.0  # a robot run's arm time spent in evaluations (env steps / control rate)
 
 
 def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
@@ -136,11 +137,20 @@ def write_summary(run_dir: Path, summary: dict, evals: list[dict]) -> Path:
 
 def reward_source(cfg: TrainConfig) -> str:
     """Where a run's reward comes from: the sim's own check, a robot's success topic, or a classifier (whose
-    threshold and held-out rates are saved with it); on a robot success is judged by its topic."""
+    threshold and held-out rates are saved with it), and whose keys override it."""
+    keys = ""
+    if cfg.keys_count:
+        simulated = cfg.intervention.device == "simulated"
+        keys = " + the simulated operator's keys (the sim's success topic)" if simulated else " + operator keys"
     if cfg.reward.source == "classifier":
-        return "classifier" + (" + operator keys" if cfg.intervention.enabled and cfg.intervention.device
-                               and cfg.reward.keys else "")  # fmt: skip
-    return f"{cfg.robot.success_topic} topic" if cfg.robot is not None else cfg.reward.source
+        return "classifier" + keys
+    return f"{cfg.robot.success_topic} topic{keys}" if cfg.robot is not None else cfg.reward.source
+
+
+def success_judge(cfg: TrainConfig) -> str:
+    """What a robot run's evaluations count as success: its success topic, else the run's classifier."""
+    topic = cfg.robot.success_topic
+    return f"{topic} {'button' if cfg.robot.success_event else 'topic'}" if topic else "classifier"
 
 
 def print_eval_table(evals: list[dict]) -> None:

@@ -44,6 +44,7 @@ from robot_rl.loop.run import (
     probe_states,
     reward_source,
     start_run,
+    success_judge,
     write_summary,
 )
 from robot_rl.sim.config import is_default, nominal
@@ -69,6 +70,9 @@ class TrainingRun:
         self.classifier = None
         if cfg.reward.source == "classifier":
             self.classifier = run_classifier(cfg, self.run_dir, self.layouts["env"])
+        if cfg.robot is not None and self.eval_env is not None and not cfg.robot.success_topic:
+            # No success topic: the classifier that rewards training judges the evaluations (`check_config`).
+            self.eval_env = ClassifierReward(self.eval_env, self.classifier)
         demo_buf = self._demo_buffer()
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1, device=self.device)
         self.algo = self._make_algo(demo_buf, online_buf)
@@ -172,8 +176,9 @@ class TrainingRun:
         self.bar = tqdm(total=self.cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
                         mininterval=2.0)  # fmt: skip
         self._check_budget()
-        if self.cfg.loop.eval_at_start and self.learner.env_steps == 0:  # the baseline (not again on a resume)
-            self.evaluate(self.cfg.loop.final_eval_episodes)
+        loop = self.cfg.loop
+        if loop.eval_at_start and self.learner.env_steps == 0:  # the baseline (not again on a resume)
+            self.evaluate(loop.final_eval_episodes, loop.final_eval_robot_minutes)
 
     @property
     def wall_clock_s(self) -> float:
@@ -194,25 +199,46 @@ class TrainingRun:
             self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers, self.layouts
         )
 
-    def evaluate(self, episodes: int, **extra: float) -> EvalResult | None:
+    def evaluate(self, episodes: int, robot_minutes: float = 0.0, **extra: float) -> EvalResult | None:
         """The result the run is judged by: the nominal scene's where the run randomises (module docstring), else
-        its env's. `extra`: more entries for the evaluation log (the actor's intervention rate since the last one).
-        None on a robot run's learner node: the arm is the actor's (`robot-rl deploy` evaluates a checkpoint)."""
+        its env's. On a robot, as many of `episodes` as `robot_minutes` of arm time allow (`_robot_episodes`).
+        `extra`: more entries for the evaluation log (the actor's intervention rate since the last one). None on a
+        robot run's learner node: the arm is the actor's (`robot-rl deploy` evaluates a checkpoint)."""
         if self.eval_env is None:
             return None
         self.eval_policy.load_state_dict(self.learner.policy_weights())
         seed = 1_000_000 + 1000 * self.cfg.seed
+        if self.cfg.robot is not None:
+            episodes = self._robot_episodes(episodes, robot_minutes)
         scenes = {"": evaluate(self.eval_env, self.eval_policy, episodes, seed=seed)}  # key: the log's prefix
         if self.nominal_env is not None:
             scenes["nominal_"] = evaluate(self.nominal_env, self.eval_policy, episodes, seed=seed)
         step, learner = self.learner.env_steps, self.learner
         results = {f"{scene}{k}": v for scene, r in scenes.items() for k, v in r.as_dict().items()}
+        if self.cfg.robot is not None:
+            self.state.eval_robot_s += scenes[""].mean_length * scenes[""].episodes / self.layouts["env"].control_hz
+            results |= self._robot_minutes()
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
                            "wall_clock_s": round(self.wall_clock_s, 1), **results, **extra})  # fmt: skip
         for scene, r in scenes.items():
             for k in ("success_rate", "mean_return", "mean_length"):
                 self.writer.add_scalar(f"eval/{scene}{k}", getattr(r, k), step)
         return scenes.get("nominal_", scenes[""])
+
+    def _robot_episodes(self, episodes: int, minutes: float) -> int:
+        """How many of `episodes` fit in `minutes` of arm time when each runs to its time limit (at least one; all
+        with 0). A count fixed in advance keeps every evaluation on the same seeds, and stopping on time spent
+        instead would favour policies whose successes end episodes early."""
+        if minutes <= 0:
+            return episodes
+        longest_s = self.eval_env.unwrapped.max_episode_steps / self.layouts["env"].control_hz
+        return max(1, min(episodes, int(60.0 * minutes / longest_s)))
+
+    def _robot_minutes(self) -> dict[str, float]:
+        """A robot run's arm time so far: in training (its env steps) and in evaluations, side by side."""
+        train_s = self.learner.env_steps / self.layouts["env"].control_hz
+        return {"robot_minutes_training": round(train_s / 60.0, 3),
+                "robot_minutes_eval": round(self.state.eval_robot_s / 60.0, 3)}  # fmt: skip
 
     def after_step(self, stats: EpisodeStats) -> None:
         """Logging, checkpoints, evaluation and the stopping rule, at their env-step multiples."""
@@ -230,7 +256,8 @@ class TrainingRun:
         if loop.eval_every and step % loop.eval_every == 0:
             steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
             self._counts = (stats.steps, stats.intervened_steps)
-            res = self.evaluate(loop.eval_episodes, intervention_rate=intervened / steps if steps else 0.0)
+            res = self.evaluate(loop.eval_episodes, loop.eval_robot_minutes,
+                                intervention_rate=intervened / steps if steps else 0.0)  # fmt: skip
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
@@ -245,7 +272,8 @@ class TrainingRun:
         want; the checkpoint is a step one that `resume=` continues from, and the summary says "interrupted"."""
         self.bar.close()
         step = self.learner.env_steps
-        final = None if interrupted else self.evaluate(self.cfg.loop.final_eval_episodes)
+        loop = self.cfg.loop
+        final = None if interrupted else self.evaluate(loop.final_eval_episodes, loop.final_eval_robot_minutes)
         ckpt = f"step_{step:08d}" if interrupted else "final"
         self.checkpoint(ckpt, stats.episodes)
         self.writer.close()
@@ -271,6 +299,7 @@ class TrainingRun:
             # what evaluations (and, in one process, the actor) stepped; a robot learner node's actor steps a RobotEnv
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
             "reward_source": reward_source(cfg),
+            **({"success_judge": success_judge(cfg), **self._robot_minutes()} if cfg.robot is not None else {}),
             "obs_layout": {
                 "state": self.layouts["env"].to_dict()["state"],
                 "cameras": list(self.layouts["policy"].cameras),

@@ -49,17 +49,17 @@ class Still:
         pass
 
 
-def episode(key: str, keys: bool) -> list:
+def episode(key: str, keys: bool) -> tuple[list, Actor]:
     env = make_env(EnvConfig(max_episode_steps=12), seed=0)
     actor = Actor(env, Still(), DeviceIntervener(Script(key, key_at=6), keys=keys))
     out = [actor.step()]
     while not out[-1].done:
         out.append(actor.step())
-    return out
+    return out, actor
 
 
 def test_takeover_steps_are_the_devices_actions_and_land_in_both_buffers() -> None:
-    steps = episode("success", keys=False)
+    steps, _ = episode("success", keys=False)
     assert [t.intervened for t in steps[:6]] == [False, False, True, True, True, False]
     np.testing.assert_array_equal(steps[2].action, [1, 0, 0, -1])
     np.testing.assert_array_equal(steps[5].action, [0, 0, 0, 0])
@@ -74,10 +74,11 @@ def test_takeover_steps_are_the_devices_actions_and_land_in_both_buffers() -> No
 
 @pytest.mark.parametrize(("key", "reward", "terminated"), [("success", 1.0, True), ("failure", 0.0, False)])
 def test_a_persons_key_overrides_the_reward_and_ends_the_episode(key, reward, terminated) -> None:
-    steps = episode(key, keys=True)
+    steps, actor = episode(key, keys=True)
     assert len(steps) == 7  # the key was pressed on the 7th step
     last = steps[-1]
     assert (last.reward, last.terminated, last.truncated) == (reward, terminated, not terminated)
+    assert actor.last_episode.success == terminated  # the person's verdict is the outcome (a cell may have no other)
     assert all(t.reward == 0.0 for t in steps[:-1])
 
 

@@ -59,7 +59,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
             f"env.cameras=[{CAMERAS}]", "sac.trunk_pretrain_steps=250", "threads=1", "loop.buffer_capacity=4000",
             "robot.safety.workspace_lo=[0.38,-0.2,0.01]", "robot.safety.workspace_hi=[0.62,0.2,0.25]",
             f"demos.path={out.store}",
-            "reward.source=classifier", f"reward.classifier_path={out.classifier}", "reward.keys=false",
+            "reward.source=classifier", f"reward.classifier_path={out.classifier}",
             "intervention.device=simulated", "intervention.trigger=no_progress", "intervention.patience=5",
             f"loop.env_steps={STEPS}", "loop.eval_every=250", "loop.eval_episodes=10", "loop.stop_at_success=0.8",
             "loop.eval_at_start=true", f"loop.final_eval_episodes={EPISODES}", f"run_dir={out.run_dir}")  # fmt: skip
