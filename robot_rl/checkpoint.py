@@ -138,6 +138,21 @@ def load_checkpoint(
     return json.loads((path / "counters.json").read_text())
 
 
+def load_initial_weights(path: Path | str, model: torch.nn.Module, layout: ObsLayout, device: torch.device) -> Path:
+    """Starts `model` (a run observing `layout`) from the weights of another run's checkpoint, `init_from`: the
+    layouts must agree field for field, and the networks in shape. Returns the checkpoint folder."""
+    path = resolve_checkpoint(path)
+    theirs = checkpoint_layouts(path, checkpoint_config(path))["policy"]
+    if diff := theirs.differences(layout):
+        raise UserError(f"init_from={path}: its policy observes another layout than this run ({'; '.join(diff)})")
+    try:
+        model.load_state_dict(read_tensors(path / "model.safetensors", device))
+    except RuntimeError as e:
+        first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
+        raise UserError(f"init_from={path}: its networks differ from this run's sac settings ({first})") from None
+    return path
+
+
 def resolve_checkpoint(path: Path | str) -> Path:
     """A checkpoint folder, or a run dir's final checkpoint (its latest while it is unfinished or interrupted)."""
     path = Path(path)
@@ -161,6 +176,8 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
         saved = OmegaConf.load(path / "config.yaml")
         if "env" in saved and "obs_frame" not in saved.env:  # from before `env.obs_frame`: it observed absolute
             saved.env.obs_frame = "absolute"
+        if "env" in saved and "limits" in saved.env:  # from before `env.for_robot`, which took over its job
+            saved.env.for_robot = saved.env.pop("limits")
         rand = saved.get("env", {}).get("randomization", {})
         if "observe_last_action" in rand:  # from before `action_history`: a bool for one action
             rand.action_history = int(rand.pop("observe_last_action"))

@@ -37,3 +37,20 @@ def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        "loop.stop_at_success=0.9", "loop.final_eval_episodes=20", "loop.checkpoint_every=0",
                        "profile=cpu"]))  # fmt: skip
     return run
+
+
+@pytest.fixture(scope="session")
+def camera_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PickCube camera policy trained in the sim for the sim robot (`obs=pixels env.for_robot=sim`: the robot's
+    proprio and cameras, no object pose; ~75 s on 2 cores), for the sim-to-robot tests; ROBOT_RL_TEST_CAMERA_RUN=<run
+    dir> reuses an earlier one while iterating."""
+    if given := os.environ.get("ROBOT_RL_TEST_CAMERA_RUN"):
+        return Path(given)
+    from robot_rl.config import load_config
+    from robot_rl.loop.trainer import train
+
+    run = tmp_path_factory.mktemp("camera_run")
+    train(load_config([f"run_dir={run}", "obs=pixels", "env.for_robot=sim", "loop.env_steps=5000",
+                       "loop.eval_every=500", "loop.eval_episodes=20", "loop.stop_at_success=0.95",
+                       "loop.final_eval_episodes=20", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
+    return run

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from robot_rl.algos.reward_classifier import ClassifierReward, classifier_rewards
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import episode_transitions
 from robot_rl.envs import make_env, make_vec_env, robot_layout
@@ -124,25 +124,33 @@ class TrainingRun:
         return buf
 
     def _make_algo(self, demo_buf: ReplayBuffer, online_buf: ReplayBuffer) -> SAC:
-        """SAC for the policy layout, its state normaliser fixed from the demos, else from what the robot config
-        allows (no arm time spent on a probe; a learner node needs no arm), else a few random episodes (DSRL)."""
+        """SAC for the policy layout, started from `init_from`'s weights (normaliser and camera trunks included) or
+        with its normaliser fixed here and its trunks pretrained on the demos; frozen trunks turn frames into
+        features from here on, once per frame, as they are stored."""
         cfg, lay = self.cfg, self.layouts["policy"]
         algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
-        if len(demo_buf):
-            states = demo_buf.valid_states()
-        elif cfg.robot is not None:
-            from robot_rl.real.robot import envelope_states
-
-            states = torch.from_numpy(envelope_states(cfg.robot, cfg.seed))
+        if cfg.init_from:
+            load_initial_weights(cfg.init_from, algo, lay, self.device)
         else:
-            states = torch.from_numpy(probe_states(self.eval_env, cfg.seed))
-        algo.policy.encoder.set_state_normalization(states, lay.state)
+            algo.policy.encoder.set_state_normalization(self._normaliser_states(demo_buf), lay.state)
         algo.to(self.device)  # before pretraining and embedding: both run where the learner runs
-        if algo.policy.encoder.frozen_trunk:  # pixels become trunk features once per frame, as they are stored
-            algo.pretrain_trunk(demo_buf)
+        if algo.policy.encoder.frozen_trunk:
+            if not cfg.init_from:
+                algo.pretrain_trunk(demo_buf)
             for buf in (demo_buf, online_buf):
                 buf.set_frame_fn(algo.policy.encoder.embed_frames)
         return algo
+
+    def _normaliser_states(self, demo_buf: ReplayBuffer) -> torch.Tensor:
+        """The demos' states, else what the robot config allows (no arm time spent on a probe; a learner node needs
+        no arm), else a few random episodes (DSRL)."""
+        if len(demo_buf):
+            return demo_buf.valid_states()
+        if self.cfg.robot is not None:
+            from robot_rl.real.robot import envelope_states
+
+            return torch.from_numpy(envelope_states(self.cfg.robot, self.cfg.seed))
+        return torch.from_numpy(probe_states(self.eval_env, self.cfg.seed))
 
     def _resume(self) -> bool:
         """Restores the latest checkpoint of a resumed run (weights, optimisers, buffers, counters)."""
@@ -295,6 +303,7 @@ class TrainingRun:
             "wall_clock_s": round(self.state.wall_clock_s, 2),
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
             "demo_episodes": len(self.store) if self.store is not None else 0,
+            "init_from": cfg.init_from or None,
             "robot": cfg.robot.name if cfg.robot is not None else None,
             # what evaluations (and, in one process, the actor) stepped; a robot learner node's actor steps a RobotEnv
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
