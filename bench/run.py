@@ -19,7 +19,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 AREAS = (
     "sim", "learner", "demos", "transport", "real", "dr_transfer", "main_job", "pixel_run", "vla", "maniskill",
-    "steering", "steering_runs", "transfer", "robot_loop",
+    "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer",
 )  # fmt: skip
 
 

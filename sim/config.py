@@ -3,8 +3,10 @@ its policy) without the simulator installed. `sim/envs.py` builds the envs they 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from robot_rl.errors import ConfigError
 
 TASKS = ("PickCube", "PegInsert")
 OBS_MODES = ("state", "pixels", "both")
@@ -18,6 +20,70 @@ EPISODE_STEPS = {"PickCube": 50, "PegInsert": 60}  # a task's default episode le
 # docs/sim_to_real.md, "The held grip").
 HELD_GRIP = {"PegInsert": 1.0}
 SIM_ARM_JOINTS = 7  # the simulated Panda's: a camera run for a robot observes that many joints
+
+
+@dataclass
+class VisualConfig:
+    """What the cameras see, never the physics (`randomization.visual`; sim/randomization.py, VisualRandomizer).
+    Drawn per episode at reset, uniform in (lo, hi); image noise is drawn per frame. The defaults are the nominal
+    scene. Checked when built, so a bad range fails at load, naming the key."""
+
+    # Lights: a factor on every light (headlight and the scene's top light), the top light's tilt from vertical
+    # (rad, random azimuth), +- on each channel of their colour, how many extra spot lights (at most 2:
+    # sim/assets/visual.xml) shine from random directions, and the chance the top light casts shadows.
+    light_intensity: tuple[float, float] = (1.0, 1.0)
+    light_tilt: tuple[float, float] = (0.0, 0.0)
+    light_color: float = 0.0
+    extra_lights: tuple[int, int] = (0, 0)
+    shadow_prob: float = 0.0
+    # Colours, +- on each RGB channel around a centre: the shown colour, or `*_rgb` when given (a held-out cell's
+    # green table). `robot_*` paints the arm's lightest material (the Panda's white shell) and jitters the others.
+    # The table and the object each take one of three procedural textures (checker, grain, gradient) with
+    # `texture_prob`, tinted with the drawn colour. The table plane is the scene's floor and its whole background.
+    # Painting replaces `color_jitter` on the geoms it paints.
+    table_color: float = 0.0
+    object_color: float = 0.0
+    robot_color: float = 0.0
+    table_rgb: tuple[float, ...] = ()
+    object_rgb: tuple[float, ...] = ()
+    robot_rgb: tuple[float, ...] = ()
+    texture_prob: float = 0.0
+    # Cameras, each on its own: moved by a distance in `camera_shift` (m) and turned by an angle in `camera_turn`
+    # (rad), both in random directions, and its vertical field of view changed by `fovy` degrees. Unlike
+    # `camera_pos_jitter` these draw a size, so a held-out cell can sit outside the range.
+    camera_shift: tuple[float, float] = (0.0, 0.0)
+    camera_turn: tuple[float, float] = (0.0, 0.0)
+    fovy: tuple[float, float] = (0.0, 0.0)
+    # Visual-only shapes (at most 3) in random colours standing on the table beside the object's start region.
+    distractors: tuple[int, int] = (0, 0)
+    # The camera pipeline on each frame, in a camera's order: Gaussian blur (sigma in pixels), exposure (a gain),
+    # white balance (+- gain per channel), sensor noise (sigma on 0..255, fresh per frame), and with `jpeg_prob`
+    # JPEG at a quality in `jpeg_quality`. Levels are drawn per episode.
+    blur_sigma: tuple[float, float] = (0.0, 0.0)
+    exposure: tuple[float, float] = (1.0, 1.0)
+    white_balance: float = 0.0
+    noise_std: tuple[float, float] = (0.0, 0.0)
+    jpeg_prob: float = 0.0
+    jpeg_quality: tuple[int, int] = (90, 90)
+
+    def __post_init__(self) -> None:
+        # OmegaConf hands tuples back as lists; tuples keep `==` (is_default, nominal) exact.
+        for f in fields(self):
+            if isinstance(v := getattr(self, f.name), list):
+                setattr(self, f.name, tuple(v))
+        problems = [f"{k}={list(v)}: expected lo <= hi" for k, v in vars(self).items()
+                    if isinstance(v, tuple) and len(v) == 2 and not k.endswith("_rgb") and v[0] > v[1]]  # fmt: skip
+        problems += [f"{k}={list(v)}: expected 3 values in [0, 1]" for k, v in vars(self).items()
+                     if k.endswith("_rgb") and v and (len(v) != 3 or not all(0.0 <= c <= 1.0 for c in v))]  # fmt: skip
+        problems += [f"{k}={getattr(self, k)}: expected a probability" for k in ("shadow_prob", "texture_prob",
+                     "jpeg_prob") if not 0.0 <= getattr(self, k) <= 1.0]  # fmt: skip
+        for k, most in (("extra_lights", 2), ("distractors", 3)):
+            if not 0 <= getattr(self, k)[0] <= getattr(self, k)[1] <= most:
+                problems.append(f"{k}={list(getattr(self, k))}: the model has {most}")
+        if not 1 <= self.jpeg_quality[0] <= self.jpeg_quality[1] <= 100:
+            problems.append(f"jpeg_quality={list(self.jpeg_quality)}: expected 1 .. 100")
+        if problems:
+            raise ConfigError("bad configuration: env.randomization.visual." + "; ".join(problems))
 
 
 @dataclass
@@ -68,6 +134,8 @@ class RandomizationConfig:
     # `RobotConfig.wrench_topic`). Through the peg a policy feels a jam that its 1.5 mm of clearance and a noisy
     # hole pose hide from the positions (docs/sim_to_real.md).
     observe_force: bool = False
+    # Lights, colours, textures, cameras, distractors and the image pipeline (configs/randomization/visual.yaml).
+    visual: VisualConfig = field(default_factory=VisualConfig)
 
 
 def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:

@@ -168,7 +168,7 @@ class PandaEnv(gym.Env):
             size = cfg.image_size
             for cam in cfg.cameras:
                 spaces[cam] = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
-            self._renderer = CameraRenderer(m, tuple(cfg.cameras), size)
+            self._renderer = CameraRenderer(m, tuple(cfg.cameras), size, self._randomizer.visual.frame)
         self.observation_space = gym.spaces.Dict(spaces)
 
         self._target = np.zeros(3)

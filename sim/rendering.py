@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 
 import mujoco
 import numpy as np
@@ -33,9 +34,16 @@ def _gl_context(width: int, height: int) -> object:
 
 
 class CameraRenderer:
-    """Renders a fixed set of model cameras at one square size into fresh uint8 (H, W, 3) arrays."""
+    """Renders a fixed set of model cameras at one square size into fresh uint8 (H, W, 3) arrays; `process`, when
+    given, takes each fresh frame and returns what the camera delivers (the visual randomisation's pipeline)."""
 
-    def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        cameras: tuple[str, ...],
+        size: int,
+        process: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         self._cam_ids = []
         for cam in cameras:
             cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, cam)
@@ -46,6 +54,7 @@ class CameraRenderer:
             raise ValueError(f"image_size {size} exceeds the model's offscreen buffer")
         self.cameras = cameras
         self.model = model
+        self._process = process
         self._ctx: object | None = None
         self._ctx = _gl_context(size, size)
         self._mjr = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
@@ -67,7 +76,8 @@ class CameraRenderer:
             )
             mujoco.mjr_render(self._rect, self._scene, self._mjr)
             mujoco.mjr_readPixels(self._buf, None, self._rect, self._mjr)
-            out[name] = self._buf[::-1].copy()  # GL rows start at the bottom
+            frame = self._buf[::-1].copy()  # GL rows start at the bottom
+            out[name] = frame if self._process is None else self._process(frame)
         return out
 
     def close(self) -> None:

@@ -1,0 +1,164 @@
+"""Held-out visual suite (issue #27): camera policies on scenes *outside* what the visual preset draws.
+
+Each cell pins RandomizationConfig fields (`SHIFTS`, all here, each outside configs/randomization/visual.yaml's
+range: tests/sim/test_visual_suite.py checks it) on top of the nominal scene; the checkpoint's own training
+randomisation is dropped, only what shapes its observation kept (`nominal`). Every cell runs the same episode seeds,
+and the visual draws never touch the physics draws (sim/randomization.py), so the object starts where it does in the
+nominal cell. The scripted expert runs every cell as a control row (on the policy's late view for the stale frame):
+where it fails, the cell is not solvable as posed. Cells report success with a Wilson 95 % CI and kept = shifted /
+nominal success of the same policy with a bootstrap 95 % CI.
+
+Run: `.venv/bin/python bench/bench_visual_transfer.py [--checkpoint RUN_OR_CKPT ...] [--seeds 2] [--episodes 40]
+[--preset visual] [--minutes 15] [--quick]`; also `bench/run.py --only visual_transfer`. Without checkpoints it trains
+`obs=pixels` PickCube runs with the preset, one per seed. `--quick`: the expert alone, 2 episodes a cell (a smoke run,
+seconds). Writes `bench/results/visual_transfer.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from common import kept_ci, wilson
+
+HERE = Path(__file__).resolve().parent
+SEED = 2_000_000  # first episode seed, as `robot-rl eval` and `robot-rl deploy` use
+# Field -> value of each held-out cell; `visual` entries are VisualConfig fields. After each: the preset's range.
+SHIFTS: dict[str, dict] = {
+    "camera moved 5 cm": {"visual": {"camera_shift": (0.05, 0.05)}},  # 0 .. 3 cm
+    "camera turned 0.15 rad": {"visual": {"camera_turn": (0.15, 0.15)}},  # 0 .. 0.08 rad
+    "field of view +12 deg": {"visual": {"fovy": (12.0, 12.0)}},  # +-5 deg
+    "lights x0.4": {"visual": {"light_intensity": (0.4, 0.4)}},  # 0.6 .. 1.3
+    "lights x1.8": {"visual": {"light_intensity": (1.8, 1.8)}},
+    "light tilted 1 rad": {"visual": {"light_tilt": (1.0, 1.0)}},  # 0 .. 0.6 rad
+    "two extra lights": {"visual": {"extra_lights": (2, 2)}},  # 0 .. 1
+    "green table": {"visual": {"table_rgb": (0.25, 0.5, 0.3)}},  # brown +-0.2 a channel
+    "blue cube": {"visual": {"object_rgb": (0.15, 0.3, 0.85)}},  # red +-0.2
+    "orange robot": {"visual": {"robot_rgb": (0.95, 0.5, 0.1)}},  # white +-0.2
+    "three distractors": {"visual": {"distractors": (3, 3)}},  # 0 .. 2
+    "noise sigma 12": {"visual": {"noise_std": (12.0, 12.0)}},  # 0 .. 6
+    "blur sigma 1.6 px": {"visual": {"blur_sigma": (1.6, 1.6)}},  # 0 .. 0.8 px
+    "exposure x1.6": {"visual": {"exposure": (1.6, 1.6)}},  # 0.75 .. 1.25
+    "stale frame": {"obs_delay": 1},  # none
+}
+# Cells that change what a policy sees of time, not of the scene: the expert's control row reads the same late view.
+STALE_VIEW_SHIFTS = ("stale frame",)
+
+
+def randomization(base, fields: dict):
+    """`base`'s observation-shaping fields on the nominal scene, plus the cell's `fields`."""
+    from robot_rl.sim.config import VisualConfig, nominal
+
+    fields = dict(fields)
+    if "visual" in fields:
+        fields["visual"] = VisualConfig(**fields["visual"])
+    return nominal(base, **fields)
+
+
+def train(run_dir: Path, preset: str, seed: int, threads: int, minutes: float) -> Path:
+    """One `obs=pixels` PickCube run with the preset; returns the run dir."""
+    cmd = [sys.executable, "-m", "robot_rl.cli", "train", "task=pick_cube", "obs=pixels", f"run_dir={run_dir}",
+           f"randomization={preset}", f"seed={seed}", "loop.checkpoint_every=0", f"threads={threads}"]  # fmt: skip
+    if minutes > 0:
+        cmd.append(f"loop.max_minutes={minutes}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return run_dir
+
+
+def cell(env_cfg, policy_for, episodes: int) -> list[bool]:
+    from robot_rl.envs import make_env
+    from robot_rl.evaluation import rollout
+
+    env = make_env(env_cfg)
+    try:
+        policy = policy_for(env)
+        return [rollout(env, policy, SEED + ep).success for ep in range(episodes)]
+    finally:
+        env.close()
+
+
+def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = False) -> list[dict]:
+    """Every cell (or, for the stale-view expert, `STALE_VIEW_SHIFTS`) of one checkpoint or, with None, the expert
+    on a camera env (it reads the simulator, but the shifted scenes are rendered all the same)."""
+    from robot_rl.checkpoint import load_policy
+    from robot_rl.sim import EnvConfig, ExpertPolicy
+
+    if ckpt is None:
+        base, policy_for = EnvConfig(obs="pixels"), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
+    else:
+        policy, cfg = load_policy(ckpt)
+        base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
+    rows, at_nominal = [], []
+    for shift, fields in {"nominal": {}, **SHIFTS}.items():
+        if stale_view and shift != "nominal" and shift not in STALE_VIEW_SHIFTS:
+            continue
+        env_cfg = dataclasses.replace(base, randomization=randomization(base.randomization, fields))
+        got = cell(env_cfg, policy_for, episodes)
+        at_nominal = at_nominal or got
+        k = sum(got)
+        lo, hi = wilson(k, episodes)
+        klo, khi = kept_ci(at_nominal, got)
+        kept = np.mean(got) / max(np.mean(at_nominal), 1e-9)
+        rows.append({"bench": f"{name} {shift}", "policy": name, "shift": shift, "episodes": episodes,
+                     "success": k / episodes, "ci_lo": lo, "ci_hi": hi, "kept": float(kept), "kept_ci_lo": klo,
+                     "kept_ci_hi": khi})  # fmt: skip
+        print(f"  {name} {shift}: {k}/{episodes} kept {kept:.2f} [{klo:.2f}, {khi:.2f}]", file=sys.stderr, flush=True)
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    cells = {(r["policy"], r["shift"]): r for r in rows}
+    out = ["success [95 % CI] / kept [95 % CI]", "", "| shift | " + " | ".join(policies) + " |",
+           "|---" * (len(policies) + 1) + "|"]  # fmt: skip
+    for shift in ("nominal", *SHIFTS):
+        line = [shift]
+        for p in policies:
+            r = cells.get((p, shift))
+            line.append("" if r is None else f"{r['success']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] / "
+                        f"{r['kept']:.2f} [{r['kept_ci_lo']:.2f}, {r['kept_ci_hi']:.2f}]")  # fmt: skip
+        out.append("| " + " | ".join(line) + " |")
+    return "\n".join(out)
+
+
+def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
+         preset: str = "visual", minutes: float = 0.0, threads: int = 0,
+         out: Path | None = None) -> list[dict]:  # fmt: skip
+    """The expert rows and one column per checkpoint; without checkpoints (and not `quick`), `seeds` runs trained
+    with `preset` first."""
+    episodes = episodes or (2 if quick else 40)
+    rows = measure("expert", None, episodes) + measure("expert, stale view", None, episodes, stale_view=True)
+    with tempfile.TemporaryDirectory(prefix="visual_transfer_") as tmp:
+        runs = list(checkpoints)
+        if not runs and not quick:
+            runs = [train(Path(tmp) / f"s{s}", preset, s, threads, minutes) for s in range(seeds)]
+        for i, ckpt in enumerate(runs):
+            name = f"{preset} s{i}" if not checkpoints else f"{Path(ckpt).name}"
+            rows += measure(name, Path(ckpt), episodes)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {"shifts": SHIFTS, "checkpoints": [str(c) for c in checkpoints], "episodes": episodes, "rows": rows}
+        (out / "visual_transfer.json").write_text(json.dumps(doc, indent=1))
+        (out / "visual_transfer.md").write_text(to_markdown(rows) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--episodes", type=int, default=0, help="per cell (default 40, --quick 2)")
+    p.add_argument("--checkpoint", action="append", type=Path, default=[], help="a run dir or checkpoint folder")
+    p.add_argument("--seeds", type=int, default=2, help="runs to train when no --checkpoint is given")
+    p.add_argument("--preset", default="visual", help="their randomisation preset")
+    p.add_argument("--minutes", type=float, default=0.0, help="their loop.max_minutes (0: the config's)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
+    p.add_argument("--out", type=Path, default=HERE / "results")
+    a = p.parse_args()
+    result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out)
+    print(to_markdown(result))

@@ -1,0 +1,61 @@
+"""The held-out visual suite (bench/bench_visual_transfer.py): every cell lies outside what the visual preset draws,
+and the suite runs end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robot_rl.config import load_config
+from robot_rl.envs import make_env
+from robot_rl.sim import EnvConfig
+from robot_rl.sim.rendering import gl_available
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _suite():
+    sys.path.insert(0, str(BENCH))  # the bench imports its sibling `common`
+    try:
+        spec = importlib.util.spec_from_file_location("bench_visual_transfer", BENCH / "bench_visual_transfer.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    return mod
+
+
+def test_every_cell_lies_outside_the_visual_preset() -> None:
+    suite = _suite()
+    dr = load_config(["randomization=visual"]).env.randomization
+    m = make_env(EnvConfig()).unwrapped.model
+    centres = {"table_rgb": (m.mat_rgba[m.material("table").id], dr.visual.table_color),
+               "object_rgb": (m.geom_rgba[m.geom("cube").id], dr.visual.object_color),
+               "robot_rgb": (m.mat_rgba[m.material("panda_white").id], dr.visual.robot_color)}  # fmt: skip
+    assert len(suite.SHIFTS) >= 14
+    for name, fields in suite.SHIFTS.items():
+        for field, value in fields.get("visual", {}).items():
+            if field in centres:
+                shown, jitter = centres[field]
+                assert np.abs(np.array(value) - shown[:3]).max() > jitter + 0.05, (name, field)
+            else:
+                lo, hi = getattr(dr.visual, field)
+                assert value[0] == value[1] and not lo <= value[0] <= hi, (name, field, (lo, hi))
+        if "obs_delay" in fields:
+            assert fields["obs_delay"] > max(dr.obs_delay, dr.obs_delay_max), name
+        assert set(fields) <= {"visual", "obs_delay"}, name
+
+
+@pytest.mark.skipif(not gl_available(), reason="no headless OpenGL backend (EGL or OSMesa) works here")
+def test_quick_suite_runs_the_expert_through_every_cell(tmp_path: Path) -> None:
+    suite = _suite()
+    rows = suite.main(quick=True, out=tmp_path)
+    expert = [r for r in rows if r["policy"] == "expert"]
+    assert [r["shift"] for r in expert] == ["nominal", *suite.SHIFTS]
+    assert all(r["success"] == 1.0 and r["kept"] == 1.0 for r in expert)  # visual cells leave the physics alone
+    assert [r["shift"] for r in rows if r["policy"] == "expert, stale view"] == ["nominal", "stale frame"]
+    assert "| green table |" in (tmp_path / "visual_transfer.md").read_text()
