@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from robot_rl.demos.operator import Operator
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand, TeleopDevice, to_action
 from robot_rl.errors import UserError
-from robot_rl.types import ObsLayout, Transition
+from robot_rl.types import EpisodeAborted, ObsLayout, Transition
 
 
 def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Iterator[Transition]:
@@ -355,18 +356,15 @@ def collect_to_store(
                 gate = f"episode {stats.kept + 1}/{n_episodes} (seed {seed}): [enter] start  [q] quit"
                 if operator.ask(gate, {"enter": "start", " ": "start", "q": "quit"}) == "quit":
                     break
-            ep = run_episode(
-                env,
-                device,
-                seed,
-                task=cfg.task,
-                instruction=instruction,
-                policy=policy,
-                policy_version=policy_version,
-                hz=cfg.hz,
-                operator=operator,
-                label_frames=cfg.label_frames,
-            )
+            try:
+                ep = run_episode(env, device, seed, task=cfg.task, instruction=instruction, policy=policy,
+                                 policy_version=policy_version, hz=cfg.hz, operator=operator,
+                                 label_frames=cfg.label_frames)  # fmt: skip
+            except EpisodeAborted as e:  # a late stream, an e-stop, a hold: this take is lost, the session goes on
+                stats.attempts += 1
+                stats.discarded += 1
+                print(f"\nepisode aborted ({type(e).__name__}: {e}); recording seed {seed} again", file=sys.stderr)
+                continue
             stats.attempts += 1
             stats.steps += ep.meta["length"]
             last = ep.verdict == "interrupted"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import cv2
+import gymnasium as gym
 import numpy as np
 import pytest
 from demos_util import robot_rl
@@ -175,3 +176,25 @@ def test_validate_semantic_problem(tmp_path: Path) -> None:
 def test_unknown_backend(bad: str) -> None:
     with pytest.raises(ValueError, match="backend"):
         make_collect_env(CollectConfig(backend=bad))
+
+
+def test_an_aborted_take_is_recorded_again_and_the_session_goes_on(tmp_path: Path, capsys) -> None:
+    """A robot stream that is really late (or an e-stop, a hold) aborts one take, never the collect process."""
+    from robot_rl.real.robot import StaleDataError
+
+    class LateOnce(gym.Wrapper):
+        late = True
+
+        def step(self, action):
+            if self.late:
+                LateOnce.late = False
+                raise StaleDataError("/robot_rl/camera/front/image: newest message is 0.5 s old")
+            return self.env.step(action)
+
+    cfg = CollectConfig(obs="state")
+    with EpisodeStore(tmp_path / "s", "a", fsync=False) as st:
+        stats = collect_to_store(cfg, ScriptedDevice(), st, 2, env=LateOnce(make_collect_env(cfg)))
+        seeds = [st.meta(i)["seed"] for i in range(len(st))]
+    assert len(seeds) == 2 and stats.attempts == 3 and stats.discarded == 1
+    assert seeds == [0, 1]  # the aborted take's seed is recorded again
+    assert "episode aborted (StaleDataError: /robot_rl/camera/front/image" in capsys.readouterr().err
