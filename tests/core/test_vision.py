@@ -1,5 +1,6 @@
 """Image path: DrQ shift is a replicate-padded integer shift; a pretrained encoder loads from a local file; a frozen
-trunk is pretrained on the demos and the learner then trains only its head on stored features."""
+trunk is pretrained on the demos and the learner then trains only its head on stored features, which carry DrQ
+shifts into RL when `sac.stored_views` (the visual preset) asks for it."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from safetensors.torch import save_file
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.config import load_config
 from robot_rl.errors import UserError
 from robot_rl.nets.vision import ConvEncoder, _shift_by_gather, _shift_by_slices, random_shift
 from robot_rl.types import Transition
@@ -107,6 +109,12 @@ def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are(
     enc.set_state_normalization(states, {"tcp_pos": [0, 3], "ee_force": [3, 6]})
     assert torch.allclose(enc.state_mean[:3], states[:, :3].mean(0)) and (enc.state_std[:3] > 1.5).all()
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
+
+
+def test_the_visual_preset_asks_for_stored_views_and_the_plain_pixel_job_does_not() -> None:
+    assert load_config(["obs=pixels", "randomization=visual"]).sac.stored_views > 1
+    assert load_config(["obs=pixels"]).sac.stored_views == 1
+    assert load_config(["obs=pixels", "randomization=visual", "sac.stored_views=1"]).sac.stored_views == 1
 
 
 @pytest.mark.parametrize("views", [1, 4], ids=["off", "stored_views"])
