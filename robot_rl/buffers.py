@@ -3,13 +3,15 @@
 Observations live in a frame ring: each frame is written once and a transition at slot i reads its next
 observation from slot i+1, so images are never duplicated as obs and next_obs. An episode's final observation
 takes one extra slot that is not itself the start of a transition. A `frame_fn` (`set_frame_fn`) maps each frame
-once as it is written, e.g. camera images to a frozen encoder's features, so sampling returns those instead.
+once as it is written, e.g. camera images to a frozen encoder's features, so sampling returns those instead. A
+mapped key may hold several views of each frame (e.g. features of differently shifted images): sampling then
+draws one of them per row, for obs and next obs independently.
 """
 
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +47,7 @@ class ReplayBuffer:
         self.in_episode = False  # the frame at `cursor` is the current obs, already written
         self.n_added = 0
         self.frame_fn: Callable[[TorchObs], TorchObs] | None = None
+        self.view_keys: tuple[str, ...] = ()  # frame keys stored as (capacity, views, ...): one view drawn per row
         self._last_next: NpObs | None = None  # host copy of the frame at `cursor`, to judge continuation
 
     def __len__(self) -> int:
@@ -127,9 +130,11 @@ class ReplayBuffer:
     def _filled(self) -> int:
         return self.capacity if self.n_added >= self.capacity else min(self.capacity, self.cursor + 1)
 
-    def set_frame_fn(self, fn: Callable[[TorchObs], TorchObs], chunk: int = 256) -> None:
-        """Maps the frames already stored through `fn` (a batch at a time) and every frame written from now on."""
+    def set_frame_fn(self, fn: Callable[[TorchObs], TorchObs], chunk: int = 256, view_keys: Sequence[str] = ()) -> None:
+        """Maps the frames already stored through `fn` (a batch at a time) and every frame written from now on.
+        `view_keys`: the keys `fn` maps to a views axis after the frame's (one frame -> (views, ...))."""
         self.frame_fn = fn
+        self.view_keys = tuple(view_keys)
         if not self.obs:
             return
         filled = self._filled()
@@ -163,8 +168,9 @@ class ReplayBuffer:
     def sample(self, n: int) -> Batch:
         """A batch on `device`. `index_select` gathers as fast as numpy's fancy indexing on a CPU (plain tensor
         indexing is ~20x slower on images)."""
-        idx = self._tensors({"idx": self.sample_indices(n)})["idx"]
-        nxt = (idx + 1) % self.capacity
+        rows = self.sample_indices(n)
+        idx = self._tensors(self._gather_rows(rows))
+        nxt = self._tensors(self._gather_rows((rows + 1) % self.capacity))
         pinned = self.storage.type == "cpu" and self.device.type == "cuda"
 
         def t(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -173,15 +179,28 @@ class ReplayBuffer:
             out = torch.empty((len(rows), *x.shape[1:]), dtype=x.dtype, pin_memory=True)
             return torch.index_select(x, 0, rows, out=out).to(self.device, non_blocking=True)
 
+        def frames(at: TorchObs) -> TorchObs:
+            """A views key gathers its drawn view from a (capacity * views, ...) view of itself: no copy of the rest."""
+            return {k: t(v.flatten(0, 1), at[k]) if k in at else t(v, at[""]) for k, v in self.obs.items()}
+
+        i = idx[""]
         return Batch(
-            obs={k: t(v, idx) for k, v in self.obs.items()},
-            action=t(self.step["action"], idx),
-            reward=t(self.step["reward"], idx),
-            next_obs={k: t(v, nxt) for k, v in self.obs.items()},
-            terminated=t(self.step["terminated"], idx),
-            intervened=t(self.step["intervened"], idx),
-            extras={k[len("extra.") :]: t(v, idx) for k, v in self.step.items() if k.startswith("extra.")},
+            obs=frames(idx),
+            action=t(self.step["action"], i),
+            reward=t(self.step["reward"], i),
+            next_obs=frames(nxt),
+            terminated=t(self.step["terminated"], i),
+            intervened=t(self.step["intervened"], i),
+            extras={k[len("extra.") :]: t(v, i) for k, v in self.step.items() if k.startswith("extra.")},
         )
+
+    def _gather_rows(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Where to gather from: "" the slots, and per views key its flat row `slot * views + drawn view`."""
+        out = {"": rows}
+        for k in self.view_keys:
+            views = self.obs[k].shape[1]
+            out[k] = rows * views + self.rng.integers(0, views, size=len(rows))
+        return out
 
     def valid_states(self) -> torch.Tensor:
         """The states that start a stored transition, on the host (e.g. to fit a normaliser)."""

@@ -190,6 +190,7 @@ MINIMUM = {
     "distributed.n_actors": 1,
     "sac.batch_size": 1,
     "sac.utd": 1,
+    "sac.stored_views": 1,
     "bc.steps": 1,
     "bc.batch_size": 1,
     "seed": 0,

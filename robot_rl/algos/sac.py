@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -44,6 +45,10 @@ class SACConfig:
     # features once, as the replay buffer stores it, and the critic trains only the per-camera heads on them.
     frozen_trunk: bool = False
     trunk_pretrain_steps: int = 500  # BC steps on the demos before freezing (skipped with `pretrained_encoder`)
+    # Frozen trunk: features of this many views of each frame are stored (the frame itself and DrQ-shifted copies)
+    # and each sample draws one, so RL sees the augmentation the frozen trunk otherwise takes away. 1: the frame
+    # only. Costs this many trunk passes per stored frame and times the feature memory.
+    stored_views: int = 1
     zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
     # Update matmuls and convs in bfloat16 (weights, optimiser, output layers and losses stay fp32): "auto" turns it
     # on where bf16 measures >= 1.5x fp32 (4x on the AVX512-BF16 dev box, any bf16 GPU), "on" / "off" force it.
@@ -89,6 +94,8 @@ class SAC(nn.Module):
         super().__init__()
         if not 1 <= cfg.critic_subsample <= cfg.n_critics:
             raise ValueError(f"critic_subsample={cfg.critic_subsample} must be in [1, n_critics={cfg.n_critics}]")
+        if cfg.stored_views < 1 or (cfg.stored_views > 1 and not cfg.augment_pad):
+            raise ValueError(f"stored_views={cfg.stored_views} must be >= 1, and > 1 needs augment_pad > 0")
         self.cfg = cfg
         self.policy = make_policy(cfg, state_dim, act_dim, cameras, image_size)
         encoder = self.policy.encoder
@@ -214,6 +221,12 @@ class SAC(nn.Module):
             for p in enc.trunk_params():
                 p.requires_grad_(False)
         return float(loss.detach())
+
+    def store_features(self, buf: ReplayBuffer) -> None:
+        """A frozen trunk's buffers hold trunk features, computed once per frame as it is stored (`stored_views`
+        of them, one drawn per sample), instead of images."""
+        enc, views = self.policy.encoder, self.cfg.stored_views
+        buf.set_frame_fn(partial(enc.embed_frames, views=views), view_keys=enc.cameras if views > 1 else ())
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"critic": self.critic_opt, "actor": self.actor_opt, "temperature": self.temp_opt}

@@ -138,7 +138,7 @@ class TrainingRun:
             if not cfg.init_from:
                 algo.pretrain_trunk(demo_buf)
             for buf in (demo_buf, online_buf):
-                buf.set_frame_fn(algo.policy.encoder.embed_frames)
+                algo.store_features(buf)
         return algo
 
     def _normaliser_states(self, demo_buf: ReplayBuffer) -> torch.Tensor:

@@ -133,17 +133,25 @@ class ObsEncoder(nn.Module):
         return self.convs[cam].trunk(img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)).flatten(1)
 
     @torch.no_grad()
-    def embed_frames(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def embed_frames(self, obs: Mapping[str, torch.Tensor], views: int = 1) -> dict[str, torch.Tensor]:
         """Camera images -> float16 trunk features on the encoder's device, other keys unchanged; one frame
-        (H, W, 3) or a batch.
+        (H, W, 3) -> (trunk_dim,) or a batch (B, H, W, 3) -> (B, trunk_dim).
 
         With a frozen trunk this runs once per frame (the replay buffer stores its output): the learner's update
-        then never touches a pixel, which takes ~90 % of a pixel update's FLOPs away."""
+        then never touches a pixel, which takes ~90 % of a pixel update's FLOPs away. `views` > 1 adds a views
+        axis after the batch one, (views, trunk_dim) per frame: view 0 unshifted, the rest under random DrQ
+        shifts, so that a buffer drawing one view per sample gives RL the augmentation a frozen trunk otherwise
+        takes away."""
         out = dict(obs)
         for cam in self.cameras:
             img = torch.as_tensor(obs[cam]).to(self.state_mean.device, non_blocking=True)
             one = img.dim() == 3
-            feat = self._trunk(cam, img.unsqueeze(0) if one else img, augment=False).to(torch.float16)
+            img = img.unsqueeze(0) if one else img
+            if views > 1:
+                shifted = random_shift(img.repeat_interleave(views - 1, 0), self.augment_pad)
+                img = torch.cat([img.unsqueeze(1), shifted.view(len(img), views - 1, *img.shape[1:])], 1).flatten(0, 1)
+            feat = self._trunk(cam, img, augment=False).to(torch.float16)
+            feat = feat.view(-1, views, feat.shape[-1]) if views > 1 else feat
             out[cam] = feat[0] if one else feat
         return out
 

@@ -32,14 +32,16 @@ class HostReads(TorchFunctionMode):
         return out
 
 
-def filled_learner(device: str = "cpu", cameras: tuple[str, ...] = (), n: int = 300) -> Learner:
-    """A learner over random transitions; cameras as a frozen trunk's stored features (what pixel runs train on)."""
-    cfg = SACConfig(hidden=(32, 32), n_critics=4, batch_size=64, utd=2, image_feature_dim=8, frozen_trunk=bool(cameras))
+def filled_learner(device: str = "cpu", cameras: tuple[str, ...] = (), n: int = 300, views: int = 1) -> Learner:
+    """A learner over random transitions; cameras as a frozen trunk's stored features (what pixel runs train on),
+    `views` of each frame."""
+    cfg = SACConfig(hidden=(32, 32), n_critics=4, batch_size=64, utd=2, image_feature_dim=8, frozen_trunk=bool(cameras),
+                    stored_views=views)  # fmt: skip
     sac = SAC(cfg, state_dim=5, act_dim=3, cameras=cameras, image_size=32).to(device)
     demo, online = ReplayBuffer(512, seed=0, device=device), ReplayBuffer(512, seed=1, device=device)
     if cameras:
         for buf in (demo, online):
-            buf.set_frame_fn(sac.policy.encoder.embed_frames)
+            sac.store_features(buf)
     rng = np.random.default_rng(0)
 
     def obs() -> dict[str, np.ndarray]:
@@ -58,11 +60,12 @@ def filled_learner(device: str = "cpu", cameras: tuple[str, ...] = (), n: int = 
     return learner
 
 
-@pytest.mark.parametrize("cameras", [(), ("front", "wrist")], ids=["state", "frozen_trunk_features"])
-def test_an_update_reads_nothing_back_from_the_device(cameras: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("cameras", "views"), [((), 1), (("front", "wrist"), 1), (("front", "wrist"), 3)],
+                         ids=["state", "frozen_trunk_features", "stored_views"])  # fmt: skip
+def test_an_update_reads_nothing_back_from_the_device(cameras: tuple[str, ...], views: int) -> None:
     """Sampling, critic and actor steps, Polyak and the stats: zero host reads; a GPU then never waits for the
     host inside `train_to_rate_limit`. Reading the stats is one read for all of them."""
-    learner = filled_learner(cameras=cameras)
+    learner = filled_learner(cameras=cameras, views=views)
     learner.update()  # the first update builds optimiser state
     with HostReads() as reads:
         for _ in range(3):
@@ -87,7 +90,7 @@ def test_policy_weights_are_separate_host_tensors_equal_to_the_learners(device: 
 
 @pytest.mark.gpu
 def test_replay_is_stored_and_sampled_on_the_gpu() -> None:
-    learner = filled_learner("cuda", cameras=("front",))
+    learner = filled_learner("cuda", cameras=("front",), views=2)
     assert learner.online.storage.type == "cuda"
     b = learner.sampler.sample()
     assert all(v.is_cuda for v in (b.action, b.reward, *b.obs.values(), *b.next_obs.values()))

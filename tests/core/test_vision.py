@@ -1,5 +1,6 @@
 """Image path: DrQ shift is a replicate-padded integer shift; a pretrained encoder loads from a local file; a frozen
-trunk is pretrained on the demos and the learner then trains only its head on stored features."""
+trunk is pretrained on the demos and the learner then trains only its head on stored features, which carry DrQ
+shifts into RL when `sac.stored_views` (the visual preset) asks for it."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from safetensors.torch import save_file
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.config import load_config
 from robot_rl.errors import UserError
 from robot_rl.nets.vision import ConvEncoder, _shift_by_gather, _shift_by_slices, random_shift
 from robot_rl.types import Transition
@@ -107,3 +109,40 @@ def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are(
     enc.set_state_normalization(states, {"tcp_pos": [0, 3], "ee_force": [3, 6]})
     assert torch.allclose(enc.state_mean[:3], states[:, :3].mean(0)) and (enc.state_std[:3] > 1.5).all()
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
+
+
+def test_the_visual_preset_asks_for_stored_views_and_the_plain_pixel_job_does_not() -> None:
+    assert load_config(["obs=pixels", "randomization=visual"]).sac.stored_views > 1
+    assert load_config(["obs=pixels"]).sac.stored_views == 1
+    assert load_config(["obs=pixels", "randomization=visual", "sac.stored_views=1"]).sac.stored_views == 1
+
+
+@pytest.mark.parametrize("views", [1, 4], ids=["off", "stored_views"])
+def test_rl_batches_see_augmented_features_only_when_asked(views: int, one_thread: None) -> None:
+    """A frozen trunk stores features; with `stored_views` the critic's batches hold features of shifted frames
+    (obs and next obs drawn apart), without it exactly the un-augmented features of the same frames."""
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden=(32,), image_feature_dim=16, frozen_trunk=True, stored_views=views, bf16="off")
+    sac = SAC(cfg, state_dim=1, act_dim=2, cameras=("front",), image_size=32)
+    enc = sac.policy.encoder
+    frames = torch.randint(0, 256, (50, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    buf = ReplayBuffer(capacity=200, seed=0)
+    for i, img in enumerate(frames.numpy()):  # a frame's id rides in its state, to find its un-augmented features
+        obs = {"state": np.array([i], np.float32), "front": img}
+        buf.add(Transition(obs, np.zeros(2, np.float32), 0.0, obs, terminated=True, truncated=False))
+    sac.store_features(buf)
+    plain = enc.embed_frames({"front": frames})["front"]
+
+    consumed = []
+    critic_step = sac._critic_step
+    sac._critic_step = lambda b: consumed.append(b) or critic_step(b)
+    sac.update([buf.sample(128), buf.sample(128)])
+    assert len(consumed) == 2
+    for b in consumed:
+        ids = b.obs["state"][:, 0].long()
+        moved = [(b_obs["front"].float() - plain[ids].float()).abs().amax(1) > 1e-2 for b_obs in (b.obs, b.next_obs)]
+        if views == 1:
+            assert not moved[0].any() and not moved[1].any()
+        else:  # 3 of 4 views are shifted frames
+            assert 0.5 < moved[0].float().mean() < 0.95 and 0.5 < moved[1].float().mean() < 0.95
+            assert not torch.equal(b.obs["front"], b.next_obs["front"])  # the same frame, drawn apart
