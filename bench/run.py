@@ -19,7 +19,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 AREAS = (
     "sim", "learner", "demos", "transport", "real", "dr_transfer", "main_job", "pixel_run", "vla", "maniskill",
-    "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer",
+    "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer", "sim_to_robot",
 )  # fmt: skip
 
 
@@ -44,6 +44,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="few repetitions: a smoke run, not numbers to quote")
     p.add_argument("--pixel-minutes", type=float, default=5.0, help="budget of the pixel training loop (0 skips it)")
     p.add_argument("--robot-loop-minutes", type=float, default=40.0, help="robot_loop: training wall clock, this call")
+    p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
+                   help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -62,6 +64,8 @@ def main() -> int:
             results[area] = mod.main(seeds=(0, 1) if args.quick else (0, 1, 2, 3, 4))
         elif area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
             results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes)
+        elif area == "sim_to_robot":
+            results[area] = mod.main(quick=args.quick, checkpoint=args.sim_to_robot_checkpoint)
         elif area == "demos":
             results[area] = mod.main(episodes=4, T=10, reps=1) if args.quick else mod.main()
         else:

@@ -14,6 +14,12 @@ controller, gripper, success and domain randomisation (friction, mass, damping, 
 push past the env's end-effector force limit holds the arm (status `hold: force limit ...`) until the next reset,
 as a Franka's reflex stops it.
 
+A stand-in real cell (`--cell standin`, or `--cell my_cell.yaml` with the same keys): one named set of fixed shifts
+that none of the training saw, its values all in `CELLS`: the front camera moved and turned (fixed, as a camera
+mounted elsewhere; `camera_shift` / `camera_turn`), lights, colours (the visual randomiser's fields pinned to one
+value), friction and mass, command latency. Explicit flags (`--latency`, `--friction`, ...) override the cell's.
+The simulated operator still watches through its own eyes: the cube pose and success topics are the sim's.
+
 Robot-side safety, independent of the policy side: non-finite commands are ignored; no Cartesian command for
 `command_timeout_s` after the first one (policy process died, network down) or an e-stop freezes the target at the
 TCP's current position, latched until the next reset request (`std_msgs/Int64` seed on `reset`, answered on
@@ -42,19 +48,70 @@ from typing import Any
 
 import mujoco
 import numpy as np
+import yaml
 
 from robot_rl.configs import task_names, task_option
 from robot_rl.envs import make_env
+from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
-from robot_rl.sim.config import EnvConfig, RandomizationConfig
+from robot_rl.sim.config import EnvConfig, RandomizationConfig, VisualConfig
 from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
 
 log = logging.getLogger("robot_rl.sim_robot")
 _ENV_MAX_STEP = 0.2  # metres: far above any safe per-tick motion, so the env never clips a commanded target
+
+# Cells for `--cell`: each shift just outside what `randomization=visual` (configs/randomization/visual.yaml) draws,
+# and physics and latency that no preset a camera run trains with changes. Measured in the sim with a visual-preset
+# camera policy (docs/benchmarks.md, "Sim to robot"): the front camera moved this way costs it little, the same
+# size drawn in a random direction for both cameras (bench_visual_transfer's "camera moved") most of its success.
+CELLS: dict[str, dict[str, Any]] = {
+    "standin": {
+        "latency_s": 0.03,  # a driver's command path; training had none
+        "camera_shift": {"front": (0.0, -0.03, 0.02)},  # 3.6 cm (preset: 0 .. 3 cm)
+        "camera_turn": {"front": (0.0, 0.0, 0.05)},  # rad, about the world's z
+        "randomization": {
+            "friction_scale": (0.7, 0.7),
+            "mass_scale": (1.4, 1.4),
+            "visual": {
+                "light_intensity": (0.5, 0.5),  # preset: x0.6 .. 1.3
+                "object_rgb": (0.6, 0.1, 0.1),  # a darker red cube (nominal 0.85, 0.15, 0.15; preset +-0.2)
+                "table_rgb": (0.76, 0.6, 0.42),  # a lighter wood (nominal 0.55, 0.45, 0.35; preset +-0.2)
+            },
+        },
+    },
+}
+_CELL_KEYS = ("latency_s", "noise_std", "camera_shift", "camera_turn", "randomization")
+
+
+def load_cell(spec: str) -> dict[str, Any]:
+    """`SimRobotConfig` fields of a cell: a name in `CELLS` or a yaml file with the same keys."""
+    if spec in CELLS:
+        raw = CELLS[spec]
+    elif spec.endswith((".yaml", ".yml")):
+        try:
+            raw = yaml.safe_load(open(spec).read()) or {}
+        except OSError as e:
+            raise ConfigError(f"--cell {spec}: {e.strerror}") from None
+    else:
+        raise ConfigError(f"--cell {spec}: neither a cell ({', '.join(CELLS)}) nor a .yaml file")
+    if bad := set(raw) - set(_CELL_KEYS):
+        raise ConfigError(f"--cell {spec}: unknown keys {sorted(bad)}; a cell has {list(_CELL_KEYS)}")
+    out = {k: v for k, v in raw.items() if k != "randomization"}
+    rand = dict(raw.get("randomization") or {})
+    try:
+        rand["visual"] = VisualConfig(**(rand.get("visual") or {}))
+        out["randomization"] = RandomizationConfig(**rand)
+    except TypeError as e:
+        raise ConfigError(f"--cell {spec}: randomization: {e}") from None
+    for key in ("camera_shift", "camera_turn"):
+        out[key] = {cam: tuple(float(x) for x in v) for cam, v in (raw.get(key) or {}).items()}
+        if any(len(v) != 3 for v in out[key].values()):
+            raise ConfigError(f"--cell {spec}: {key}: three values per camera")
+    return out
 
 
 @dataclass
@@ -71,6 +128,10 @@ class SimRobotConfig:
     lockstep: bool = False  # physics advances one control period per command received (see the module docstring)
     control_hz: float = 10.0  # lockstep: the policy's control rate, i.e. the simulated time one command advances
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    # A camera's fixed move at every reset, on top of the randomisation's: metres in its parent body's frame (the
+    # world for `front`), and a rotation vector (rad) in that frame.
+    camera_shift: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    camera_turn: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     arm: str = "osc"  # the env's arm: osc (Cartesian impedance, force-limited) | mocap (sim/envs.py EnvConfig.arm)
 
 
@@ -130,7 +191,9 @@ class SimRobot:
         if cfg.cameras:
             from robot_rl.sim.rendering import CameraRenderer
 
-            self._renderer = CameraRenderer(self.model, tuple(cfg.cameras), cfg.image_size)
+            # The visual randomisation's image pipeline (exposure, noise, ...), as the training env's renderer has it.
+            process = u._randomizer.visual.frame
+            self._renderer = CameraRenderer(self.model, tuple(cfg.cameras), cfg.image_size, process)
         self._next_frame = 0.0
         self._last_msgs: dict[str, tuple[Any, Any]] = {}  # publisher key -> (publisher, newest message)
         self._last_publish = 0.0
@@ -149,6 +212,7 @@ class SimRobot:
 
     def _reset_scene(self, seed: int) -> None:
         _, info = self.env.reset(seed=seed)
+        self._move_cameras()
         self._success = bool(info["success"])
         self._target = self.tcp()
         self._gripper = 1.0
@@ -157,6 +221,17 @@ class SimRobot:
         self.watchdog.reset()
         self.hold_reason = None
         self._reset_time = time.time()
+
+    def _move_cameras(self) -> None:
+        """The cell's fixed camera moves, after the reset's randomisation restored and drew the camera poses."""
+        m = self.model
+        for name, shift in self.cfg.camera_shift.items():
+            m.cam_pos[m.camera(name).id] += shift
+        for name, turn in self.cfg.camera_turn.items():
+            angle, i, dq = float(np.linalg.norm(turn)), m.camera(name).id, np.zeros(4)
+            if angle > 0.0:
+                mujoco.mju_axisAngle2Quat(dq, np.asarray(turn) / angle, angle)
+                mujoco.mju_mulQuat(m.cam_quat[i], dq, m.cam_quat[i].copy())
 
     def _hold(self, reason: str) -> None:
         """Freeze the target where the TCP is now: the arm stops within this tick, whatever was commanded."""
@@ -351,18 +426,21 @@ def main(argv: list[str]) -> int:
         default=None,
         help="lockstep: the policy's control rate (default: the robot config's control_hz)",
     )
-    p.add_argument("--latency", type=float, default=0.0,
+    p.add_argument("--cell", default="",
+                   help=f"a stand-in real cell: {' | '.join(CELLS)} or a yaml with the same keys (see CELLS); the"
+                        " flags below override its values")  # fmt: skip
+    p.add_argument("--latency", type=float, default=None,
                    help="seconds between a command arriving and acting; 0.1 is one control period of a 10 Hz policy,"
                         " what `randomization.action_latency=1` models in training")  # fmt: skip
-    p.add_argument("--noise", type=float, default=0.0, help="metres of noise on published positions")
+    p.add_argument("--noise", type=float, default=None, help="metres of noise on published positions")
     p.add_argument("--command-timeout", type=float, default=0.25, help="hold when commands stop this long")
     p.add_argument("--cameras", default="", help="comma-separated model cameras to publish, e.g. front,wrist")
     p.add_argument("--camera-hz", type=float, default=30.0)
     p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--friction", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
-    p.add_argument("--mass", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
-    p.add_argument("--damping", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
-    p.add_argument("--camera-jitter", type=float, nargs=2, default=(0.0, 0.0), metavar=("POS_M", "ROT_RAD"))
+    p.add_argument("--friction", type=float, nargs=2, default=None, metavar=("LO", "HI"))
+    p.add_argument("--mass", type=float, nargs=2, default=None, metavar=("LO", "HI"))
+    p.add_argument("--damping", type=float, nargs=2, default=None, metavar=("LO", "HI"))
+    p.add_argument("--camera-jitter", type=float, nargs=2, default=None, metavar=("POS_M", "ROT_RAD"))
     p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
@@ -370,21 +448,24 @@ def main(argv: list[str]) -> int:
     task = task_names()[task_option(ns.task, among=TASKS)]  # a wrong name fails here, before any ROS starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim-robot %(levelname)s %(message)s")
     robot = robot_from_args(ns)
-    rand = RandomizationConfig(
-        friction_scale=tuple(ns.friction), mass_scale=tuple(ns.mass), damping_scale=tuple(ns.damping),
-        camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1],
-    )  # fmt: skip
+    cell = load_cell(ns.cell) if ns.cell else {}
+    rand = cell.pop("randomization", RandomizationConfig())
+    flags = {"friction_scale": ns.friction, "mass_scale": ns.mass, "damping_scale": ns.damping}
+    rand = dataclasses.replace(rand, **{k: tuple(v) for k, v in flags.items() if v is not None})
+    if ns.camera_jitter is not None:
+        rand = dataclasses.replace(rand, camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1])
+    cell.update({k: v for k, v in (("latency_s", ns.latency), ("noise_std", ns.noise)) if v is not None})
     cfg = SimRobotConfig(
-        task=task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
+        task=task, physics_hz=ns.hz, command_timeout_s=ns.command_timeout,
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
-        control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,
+        control_hz=ns.control_hz or robot.control_hz, arm=ns.arm, **cell,
     )  # fmt: skip
     stop = stop_on_signals()
     node = SimRobot(cfg, robot)
     mode = f"lockstep at {cfg.control_hz:g} Hz control" if cfg.lockstep else "real time"
-    log.info("serving %s on domain %d, namespace %s at %.0f Hz (%s)", cfg.task, robot.domain_id, robot.namespace,
-             ns.hz, mode)  # fmt: skip
+    log.info("serving %s on domain %d, namespace %s at %.0f Hz (%s)%s", cfg.task, robot.domain_id, robot.namespace,
+             ns.hz, mode, f", cell {ns.cell}" if ns.cell else "")  # fmt: skip
     try:
         node.run(stop, ns.duration)
     finally:
