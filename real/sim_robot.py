@@ -372,6 +372,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mass", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
     p.add_argument("--damping", type=float, nargs=2, default=(1.0, 1.0), metavar=("LO", "HI"))
     p.add_argument("--camera-jitter", type=float, nargs=2, default=(0.0, 0.0), metavar=("POS_M", "ROT_RAD"))
+    p.add_argument("--object-range", type=float, nargs=2, default=(0.08, 0.08), metavar=("X_M", "Y_M"),
+                   help="object (PegInsert: the hole) start offset +- around the task's spot; 0 0 pins it")  # fmt: skip
     p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
@@ -382,6 +384,7 @@ def main(argv: list[str]) -> int:
     rand = RandomizationConfig(
         friction_scale=tuple(ns.friction), mass_scale=tuple(ns.mass), damping_scale=tuple(ns.damping),
         camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1],
+        object_xy_range=tuple(ns.object_range),
     )  # fmt: skip
     cfg = SimRobotConfig(
         task=task, physics_hz=ns.hz, latency_s=ns.latency, noise_std=ns.noise, command_timeout_s=ns.command_timeout,
