@@ -44,6 +44,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="few repetitions: a smoke run, not numbers to quote")
     p.add_argument("--pixel-minutes", type=float, default=5.0, help="budget of the pixel training loop (0 skips it)")
     p.add_argument("--robot-loop-minutes", type=float, default=40.0, help="robot_loop: training wall clock, this call")
+    p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -61,7 +62,7 @@ def main() -> int:
         elif area == "main_job":
             results[area] = mod.main(seeds=(0, 1) if args.quick else (0, 1, 2, 3, 4))
         elif area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
-            results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes)
+            results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes, task=args.task)
         elif area == "demos":
             results[area] = mod.main(episodes=4, T=10, reps=1) if args.quick else mod.main()
         else:
