@@ -101,7 +101,7 @@ def run_dir(work: Path, task: Task, seed: int) -> Path:
     return work / ("run" if len(task.seeds) == 1 else f"run_s{seed}")
 
 
-def run_stages(work: Path, task: Task, quick: bool, minutes: float) -> dict:
+def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...]) -> dict:
     state_path = work / "state.json"
     # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
     fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
@@ -150,12 +150,13 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float) -> dict:
     deadline = time.monotonic() + 60.0 * minutes
 
     def train(domain: int, seed: int, *extra: str) -> None:
-        # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): add what is left here,
-        # shared among the seeds still to run
+        # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): what is left here is
+        # shared among the seeds still to run so that they end with equal wall clock (a seed behind catches up)
         run = run_dir(work, task, seed)
-        todo = [s for s in task.seeds if unfinished(run_dir(work, task, s) / "summary.json", steps, task.goal)]
-        left = (deadline - time.monotonic()) / 60.0 / max(1, len(todo))
-        budget = f"loop.max_minutes={spent_minutes(run) + left:.2f}"
+        todo = [s for s in seeds if unfinished(run_dir(work, task, s) / "summary.json", steps, task.goal)]
+        spent = {s: spent_minutes(run_dir(work, task, s)) for s in todo}
+        even = (sum(spent.values()) + (deadline - time.monotonic()) / 60.0) / max(1, len(todo))
+        budget = f"loop.max_minutes={max(even, spent_minutes(run) + 2.0):.2f}"
         if (run / "config.yaml").exists():  # continue from its last checkpoint, with its own config
             cli("train", f"resume={run}", budget, *extra)
             return
@@ -173,12 +174,13 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float) -> dict:
         state["wall_s"]["classifier"] = time.perf_counter() - t
         state_path.write_text(json.dumps(state, indent=1))
     faults = state.setdefault("faults", [])
-    for seed in task.seeds:
+    for seed in seeds:  # one session per seed and call, each its share of the call's budget (`train`)
         while unfinished(run_dir(work, task, seed) / "summary.json", steps if not quick else 60, task.goal):
             if deadline - time.monotonic() < 120.0:
                 break
             try:
                 stage("run", lambda d, seed=seed: train(d, seed, *budget))
+                break
             except RuntimeError as e:  # a latched safety fault ends the process: resume from the last checkpoint
                 if "SafetyStop" not in str(e) or len(faults) >= 10:
                     raise
@@ -271,14 +273,16 @@ def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]
     return rows, curve
 
 
-def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube") -> list[dict]:
+def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", seeds: str = "") -> list[dict]:
+    """`seeds`: train only these of the task's seeds in this call (comma list; "": all), e.g. one per call on a
+    loaded box; the table shows every seed that has results."""
     spec = TASKS[task]
     name = "robot_loop" if task == "pick_cube" else f"robot_loop_{task}"
     work = HERE / "results" / (f"{name}_quick" if quick else name)
     if quick:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    state = run_stages(work, spec, quick, minutes)
+    state = run_stages(work, spec, quick, minutes, tuple(int(x) for x in seeds.split(",")) if seeds else spec.seeds)
     clf = json.loads((work / "classifier.json").read_text())
     t = clf["test"]
     rows = [
@@ -309,6 +313,7 @@ if __name__ == "__main__":
     p.add_argument("--quick", action="store_true")
     p.add_argument("--minutes", type=float, default=40.0, help="wall-clock budget of the training stage, this call")
     p.add_argument("--task", default="pick_cube", choices=sorted(TASKS))
+    p.add_argument("--seeds", default="", help="comma list of the task's training seeds to run this call (all)")
     ns = p.parse_args()
-    for row in main(ns.quick, ns.minutes, ns.task):
+    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds):
         print(row)
