@@ -11,11 +11,18 @@ and everything else through `RobotEnv` as on an arm, from cameras + proprio (no 
    robot's success topic at evaluation only. Baseline in the same run: the untrained policy, evaluated at env step 0
    on the final evaluation's episodes (`loop.eval_at_start`, as tests/real/test_robot_loop.py does).
 
+`--task peg_insert` (issue #29): the same loop on PegInsert, the peg grasped from the start (its held grip), the hole
+placed +-8 cm with 1.5 mm clearance, observing both cameras, proprio and the wrench (`ee_force`); resets go through
+the safety layer (`robot.reset=home`: the sim robot re-seeds the scene, then the home move); two training seeds, each
+with its untrained policy evaluated at env step 0; evaluation reports the peak force on the hand and the episodes
+the sim robot held on its force limit (`RobotHold`, safety failures). Goal: >= 0.9 within 20 robot-minutes, no
+evaluation episode over the force limit.
+
 Robot time is env steps / control rate (10 Hz); the sim robot's own count of simulated seconds (all commands:
 demos, probes, evaluations, training) is reported beside it. Every stage is resumable (its outputs stay in
 `bench/results/robot_loop/`; a rerun continues, the training from its last checkpoint, under `--minutes` of wall
 clock per call), so a long run can be done in pieces on a loaded box. Run alone:
-`.venv/bin/python bench/bench_robot_loop.py [--quick] [--minutes 40]`.
+`.venv/bin/python bench/bench_robot_loop.py [--quick] [--minutes 40] [--task peg_insert]`.
 """
 
 from __future__ import annotations
@@ -28,12 +35,40 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
 HZ = 10.0
-GOAL, GOAL_MINUTES = 0.8, 60.0
+
+
+@dataclass(frozen=True)
+class Task:
+    """What differs between the tasks' loops: the goal, the demos, the cell's limits, the training seeds."""
+
+    name: str
+    title: str
+    goal: float
+    goal_minutes: float
+    demos: tuple[int, int, int]  # (episodes, held success frames, wander steps), quick: `quick_demos`
+    quick_demos: tuple[int, int, int]
+    classifier_steps: int
+    # The workspace a lab would measure around the task, and how the cell resets.
+    robot: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+
+TASKS = {
+    # Beyond x = 0.62 m the Panda's elbow nears its joint limit, which latches a safety fault (and ends the process).
+    "pick_cube": Task("pick_cube", "PickCube", 0.8, 60.0, (20, 10, 8), (5, 5, 6), 1000,
+                      ("robot.safety.workspace_lo=[0.38,-0.2,0.01]", "robot.safety.workspace_hi=[0.62,0.2,0.25]"),
+                      (0,)),
+    # The hole sits 0.47 .. 0.63 m out; z from just inside the hole (the TCP is 6 cm above the peg's bottom).
+    "peg_insert": Task("peg_insert", "PegInsert", 0.9, 20.0, (20, 5, 6), (5, 5, 6), 300,
+                       ("robot.safety.workspace_lo=[0.4,-0.15,0.055]", "robot.safety.workspace_hi=[0.66,0.15,0.25]",
+                        "robot.reset=home", "robot.scene_reset=topic"), (0, 1)),
+}  # fmt: skip
 
 
 def cli(*args: str, timeout: float | None = None) -> str:
@@ -45,13 +80,13 @@ def cli(*args: str, timeout: float | None = None) -> str:
 
 
 class SimRobot:
-    """`robot-rl sim-robot --lockstep` with both cameras on `domain`; on exit, the simulated seconds."""
+    """`robot-rl sim-robot --lockstep` serving `task` with both cameras on `domain`; on exit, the simulated seconds."""
 
-    def __init__(self, domain: int) -> None:
+    def __init__(self, domain: int, task: str) -> None:
         self.domain = domain
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--lockstep", "--cameras", "front,wrist",
-             "--domain", str(self.domain)],
+            [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--task", task, "--lockstep", "--cameras",
+             "front,wrist", "--domain", str(self.domain)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -62,22 +97,29 @@ class SimRobot:
         return float(found.group(1)) if found else 0.0
 
 
-def run_stages(work: Path, quick: bool, minutes: float) -> dict:
+def run_dir(work: Path, task: Task, seed: int) -> Path:
+    return work / ("run" if len(task.seeds) == 1 else f"run_s{seed}")
+
+
+def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...]) -> dict:
     state_path = work / "state.json"
     # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
     fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
     state = json.loads(state_path.read_text()) if state_path.exists() else fresh
-    n_demos, hold, wander = (5, 5, 6) if quick else (20, 10, 8)
-    clf_steps = 100 if quick else 1000
+    n_demos, hold, wander = task.quick_demos if quick else task.demos
+    clf_steps = 100 if quick else task.classifier_steps
+    steps = int(task.goal_minutes * 60 * HZ)
     short = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2"]
+    every = 250 if task.name == "pick_cube" else 500
     budget = short if quick else [
-        f"loop.env_steps={int(GOAL_MINUTES * 60 * HZ)}", "loop.eval_every=250", "loop.eval_episodes=10",
-        "loop.final_eval_episodes=20", f"loop.stop_at_success={GOAL}", "loop.checkpoint_every=250",
+        f"loop.env_steps={steps}", f"loop.eval_every={every}", "loop.eval_episodes=10",
+        f"loop.final_eval_episodes={20 if task.name == 'pick_cube' else 10}", f"loop.stop_at_success={task.goal}",
+        f"loop.checkpoint_every={every}",
     ]  # fmt: skip
-    store, clf, run = work / "demos.zarr", work / "classifier.safetensors", work / "run"
+    store, clf = work / "demos.zarr", work / "classifier.safetensors"
 
     def stage(name: str, fn) -> None:
-        sim, t = SimRobot(state["domain"]), time.perf_counter()
+        sim, t = SimRobot(state["domain"], task.name), time.perf_counter()
         try:
             fn(sim.domain)
         finally:
@@ -85,36 +127,40 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
             state["wall_s"][name] = state["wall_s"].get(name, 0.0) + time.perf_counter() - t
             state_path.write_text(json.dumps(state, indent=1))
 
-    def robot_args(domain: int) -> list[str]:
-        # The workspace a lab would measure around the task: beyond x = 0.62 m the Panda's elbow nears its joint
-        # limit, which latches a safety fault (and ends this process: aborted episodes come with issue #14 part B).
+    def robot_args(domain: int, seed: int) -> list[str]:
         return [
             "robot=sim",
+            f"task={task.name}",
             "robot.lockstep=true",
             f"robot.domain_id={domain}",
             "obs=pixels",
             "threads=1",
+            f"seed={seed}",
             # A pixel checkpoint holds both replay buffers whole (100k frames: 4.7 GB); online keeps the newest 4000.
             "loop.buffer_capacity=4000",
-            "robot.safety.workspace_lo=[0.38,-0.2,0.01]",
-            "robot.safety.workspace_hi=[0.62,0.2,0.25]",
+            *task.robot,
         ]
 
     def collect(domain: int) -> None:
-        cli("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain), "--robot-set",
-            "lockstep=true", "-n", str(n_demos), "--device", "simulated", "--label-frames", str(hold), "--obs",
-            "pixels", "--wander", str(wander), "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
+        cli("collect", str(store), "--task", task.name, "--backend", "robot", "--robot", "sim", "--domain",
+            str(domain), "--robot-set", "lockstep=true", "-n", str(n_demos), "--device", "simulated",
+            "--label-frames", str(hold), "--obs", "pixels", "--wander", str(wander), "--no-fsync",
+            *(["--resume"] if store.exists() else []))  # fmt: skip
 
     deadline = time.monotonic() + 60.0 * minutes
 
-    def train(domain: int, run_dir: Path, *extra: str) -> None:
-        # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): add what is left here
-        left = (deadline - time.monotonic()) / 60.0
-        budget = f"loop.max_minutes={spent_minutes(run_dir) + left:.2f}"
-        if (run_dir / "config.yaml").exists():  # continue from its last checkpoint, with its own config
-            cli("train", f"resume={run_dir}", budget, *extra)
+    def train(domain: int, seed: int, *extra: str) -> None:
+        # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): what is left here is
+        # shared among the seeds still to run so that they end with equal wall clock (a seed behind catches up)
+        run = run_dir(work, task, seed)
+        todo = [s for s in seeds if unfinished(run_dir(work, task, s) / "summary.json", steps, task.goal)]
+        spent = {s: spent_minutes(run_dir(work, task, s)) for s in todo}
+        even = (sum(spent.values()) + (deadline - time.monotonic()) / 60.0) / max(1, len(todo))
+        budget = f"loop.max_minutes={max(even, spent_minutes(run) + 2.0):.2f}"
+        if (run / "config.yaml").exists():  # continue from its last checkpoint, with its own config
+            cli("train", f"resume={run}", budget, *extra)
             return
-        cli("train", *robot_args(domain), f"run_dir={run_dir}", f"demos.path={store}", "reward.source=classifier",
+        cli("train", *robot_args(domain, seed), f"run_dir={run}", f"demos.path={store}", "reward.source=classifier",
             f"reward.classifier_path={clf}", "intervention.device=simulated",
             "intervention.trigger=no_progress", "intervention.patience=5", "loop.eval_at_start=true", budget,
             *extra)  # fmt: skip
@@ -128,16 +174,18 @@ def run_stages(work: Path, quick: bool, minutes: float) -> dict:
         state["wall_s"]["classifier"] = time.perf_counter() - t
         state_path.write_text(json.dumps(state, indent=1))
     faults = state.setdefault("faults", [])
-    while unfinished(run / "summary.json", int(GOAL_MINUTES * 60 * HZ) if not quick else 60):
-        if deadline - time.monotonic() < 120.0:
-            break
-        try:
-            stage("run", lambda d: train(d, run, *budget))
-        except RuntimeError as e:  # a latched safety fault ends the process: resume from the last checkpoint
-            if "SafetyStop" not in str(e) or len(faults) >= 10:
-                raise
-            faults.append(str(e).strip().splitlines()[-1])
-            state_path.write_text(json.dumps(state, indent=1))
+    for seed in seeds:  # one session per seed and call, each its share of the call's budget (`train`)
+        while unfinished(run_dir(work, task, seed) / "summary.json", steps if not quick else 60, task.goal):
+            if deadline - time.monotonic() < 120.0:
+                break
+            try:
+                stage("run", lambda d, seed=seed: train(d, seed, *budget))
+                break
+            except RuntimeError as e:  # a latched safety fault ends the process: resume from the last checkpoint
+                if "SafetyStop" not in str(e) or len(faults) >= 10:
+                    raise
+                faults.append(str(e).strip().splitlines()[-1])
+                state_path.write_text(json.dumps(state, indent=1))
     return state
 
 
@@ -149,12 +197,12 @@ def spent_minutes(run_dir: Path) -> float:
     return json.loads((run_dir / "checkpoints" / latest.read_text() / "counters.json").read_text())["wall_clock_s"] / 60
 
 
-def unfinished(summary: Path, env_steps: int) -> bool:
+def unfinished(summary: Path, env_steps: int, goal: float) -> bool:
     """No summary yet, or one that stopped on its wall-clock budget short of the goal and of its env steps."""
     if not summary.exists():
         return True
     s = json.loads(summary.read_text())
-    return s["env_steps"] < env_steps and max([e["success_rate"] for e in s["evals"]] + [0.0]) < GOAL
+    return s["env_steps"] < env_steps and max([e["success_rate"] for e in s["evals"]] + [0.0]) < goal
 
 
 def stored_episodes(store: Path) -> int:
@@ -164,69 +212,97 @@ def stored_episodes(store: Path) -> int:
         return len(st)
 
 
-def plot(evals: list[dict], png: Path) -> None:
+def plot(curves: dict[int, list[dict]], task: Task, png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [e["env_steps"] / HZ / 60.0 for e in evals]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(x, [e["success_rate"] for e in evals], "o-", label="eval success (sim robot's success topic)")
-    ax.plot(x, [e.get("intervention_rate", float("nan")) for e in evals], "s--", label="intervention rate")
-    ax.axhline(GOAL, color="grey", lw=0.8, ls=":")
+    for seed, evals in curves.items():
+        x = [e["env_steps"] / HZ / 60.0 for e in evals]
+        ax.plot(x, [e["success_rate"] for e in evals], "o-", label=f"seed {seed}: eval success (success topic)")
+        rate = [e.get("intervention_rate", float("nan")) for e in evals]
+        ax.plot(x, rate, "s--", label=f"seed {seed}: interventions")
+    ax.axhline(task.goal, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("robot time (min) = env steps / 10 Hz")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("PickCube on the lockstep sim robot: cameras + proprio, classifier reward")
-    ax.legend(loc="best", fontsize=8)
+    sensed = "cameras + proprio + wrench" if task.name == "peg_insert" else "cameras + proprio"
+    ax.set_title(f"{task.title} on the lockstep sim robot: {sensed}, classifier reward", fontsize=9)
+    ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
 
 
-def main(quick: bool = False, minutes: float = 40.0) -> list[dict]:
-    work = HERE / "results" / ("robot_loop_quick" if quick else "robot_loop")
-    if quick:
-        shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    state = run_stages(work, quick, minutes)
-    clf = json.loads((work / "classifier.json").read_text())
-    summary_path = work / "run" / "summary.json"
-    done = summary_path.exists()
+def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]]:
+    """(table rows, evaluation curve) of one training seed: its untrained baseline, evaluations and outcome."""
+    run = run_dir(work, task, seed)
+    done = (run / "summary.json").exists()
     if done:
-        summary = json.loads(summary_path.read_text())
+        summary = json.loads((run / "summary.json").read_text())
         evals = summary["evals"]
     else:  # the wall-clock budget of this call ran out mid-run: what it logged so far (`resume` continues it)
-        lines = (
-            (work / "run" / "evals.jsonl").read_text().splitlines() if (work / "run" / "evals.jsonl").exists() else []
-        )
+        lines = (run / "evals.jsonl").read_text().splitlines() if (run / "evals.jsonl").exists() else []
         evals, summary = [json.loads(x) for x in lines if x], {}
     base = evals[0] if evals and evals[0]["env_steps"] == 0 else None  # the untrained policy (loop.eval_at_start)
     curve, evals = evals, [e for e in evals if e is not base]
-    reached = next((e["env_steps"] / HZ / 60.0 for e in evals if e["success_rate"] >= GOAL), None)
-    plot(curve, work / "curve.png") if evals else None
-    t = clf["test"]
+    reached = next((e["env_steps"] / HZ / 60.0 for e in evals if e["success_rate"] >= task.goal), None)
+    tag = f"robot loop {task.title}" + (f" seed {seed}" if len(task.seeds) > 1 else "")
+
+    def forces(e: dict | None) -> dict:
+        return {} if e is None else {"peak_force_n": e.get("peak_ee_force_max"),
+                                     "safety_failures": e.get("safety_failure_rate")}  # fmt: skip
+
+    over = sum(round(e.get("safety_failure_rate", 0.0) * e["episodes"]) for e in evals)
     rows = [
-        {"bench": "robot loop: demos by the simulated operator (labelled frames)",
-         "robot_min": state["robot_s"].get("demos", 0.0) / 60.0, "wall_s": state["wall_s"].get("demos", 0.0)},
-        {"bench": f"robot loop: classifier on {len(clf['episodes']['test'])} held-out episodes",
-         "precision": t["precision"], "recall": t["recall"], "false_positive_rate": t["false_positive_rate"],
-         "threshold": clf["threshold"], "recall_at_0.5": clf["test_at_0.5"]["recall"],
-         "fpr_at_0.5": clf["test_at_0.5"]["false_positive_rate"]},
-        {"bench": "robot loop: baseline, untrained policy (same run, env step 0)",
-         "success": base["success_rate"] if base else None, "episodes": base["episodes"] if base else 0},
-        *({"bench": f"robot loop: eval at {e['env_steps'] / HZ / 60.0:.1f} robot min ({e['env_steps']} steps)",
-           "success": e["success_rate"], "intervention_rate": e.get("intervention_rate")} for e in evals),
-        {"bench": "robot loop: " + ("finished" if done else "budget spent, resumable"),
+        {"bench": f"{tag}: baseline, untrained policy (same run, env step 0)",
+         "success": base["success_rate"] if base else None, "episodes": base["episodes"] if base else 0,
+         **forces(base)},
+        *({"bench": f"{tag}: eval at {e['env_steps'] / HZ / 60.0:.1f} robot min ({e['env_steps']} steps)",
+           "success": e["success_rate"], "intervention_rate": e.get("intervention_rate"), **forces(e)}
+          for e in evals),
+        {"bench": f"{tag}: " + ("finished" if done else "budget spent, resumable"),
          "final_success": summary.get("final_success_rate"), "env_steps": evals[-1]["env_steps"] if evals else 0,
          "robot_min_training": (evals[-1]["env_steps"] if evals else 0) / HZ / 60.0,
          "robot_min_eval": evals[-1].get("robot_minutes_eval") if evals else None,
-         "robot_min_all": sum(state["robot_s"].values()) / 60.0, "wall_min": sum(state["wall_s"].values()) / 60.0,
-         f"goal_{GOAL}_within_{GOAL_MINUTES:.0f}_robot_min": reached is not None and reached <= GOAL_MINUTES,
-         "reached_at_robot_min": reached, "intervention_rate": summary.get("intervention_rate"),
-         "safety_faults_resumed": len(state.get("faults", []))},
+         f"goal_{task.goal}_within_{task.goal_minutes:.0f}_robot_min": reached is not None
+         and reached <= task.goal_minutes, "reached_at_robot_min": reached,
+         "intervention_rate": summary.get("intervention_rate"), "eval_episodes_held_on_force": over},
     ]  # fmt: skip
-    (work / "robot_loop.json").write_text(json.dumps({"rows": rows, "classifier": clf, "evals": evals}, indent=1))
+    return rows, curve
+
+
+def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", seeds: str = "") -> list[dict]:
+    """`seeds`: train only these of the task's seeds in this call (comma list; "": all), e.g. one per call on a
+    loaded box; the table shows every seed that has results."""
+    spec = TASKS[task]
+    name = "robot_loop" if task == "pick_cube" else f"robot_loop_{task}"
+    work = HERE / "results" / (f"{name}_quick" if quick else name)
+    if quick:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    state = run_stages(work, spec, quick, minutes, tuple(int(x) for x in seeds.split(",")) if seeds else spec.seeds)
+    clf = json.loads((work / "classifier.json").read_text())
+    t = clf["test"]
+    rows = [
+        {"bench": f"robot loop {spec.title}: demos by the simulated operator (labelled frames)",
+         "robot_min": state["robot_s"].get("demos", 0.0) / 60.0, "wall_s": state["wall_s"].get("demos", 0.0)},
+        {"bench": f"robot loop {spec.title}: classifier on {len(clf['episodes']['test'])} held-out episodes",
+         "precision": t["precision"], "recall": t["recall"], "false_positive_rate": t["false_positive_rate"],
+         "threshold": clf["threshold"], "recall_at_0.5": clf["test_at_0.5"]["recall"],
+         "fpr_at_0.5": clf["test_at_0.5"]["false_positive_rate"]},
+    ]  # fmt: skip
+    curves = {}
+    for seed in spec.seeds:
+        seed_table, curves[seed] = seed_rows(work, spec, seed)
+        rows += seed_table
+    rows.append({"bench": f"robot loop {spec.title}: all stages", "robot_min_all": sum(state["robot_s"].values()) / 60,
+                 "wall_min": sum(state["wall_s"].values()) / 60.0,
+                 "safety_faults_resumed": len(state.get("faults", []))})  # fmt: skip
+    if any(curves.values()):
+        plot(curves, spec, work / "curve.png")
+    (work / "robot_loop.json").write_text(json.dumps({"rows": rows, "classifier": clf, "curves": curves}, indent=1))
     return rows
 
 
@@ -236,6 +312,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--minutes", type=float, default=40.0, help="wall-clock budget of the training stage, this call")
+    p.add_argument("--task", default="pick_cube", choices=sorted(TASKS))
+    p.add_argument("--seeds", default="", help="comma list of the task's training seeds to run this call (all)")
     ns = p.parse_args()
-    for row in main(ns.quick, ns.minutes):
+    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds):
         print(row)

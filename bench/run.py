@@ -46,6 +46,7 @@ def main() -> int:
     p.add_argument("--robot-loop-minutes", type=float, default=40.0, help="robot_loop: training wall clock, this call")
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
+    p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -63,7 +64,7 @@ def main() -> int:
         elif area == "main_job":
             results[area] = mod.main(seeds=(0, 1) if args.quick else (0, 1, 2, 3, 4))
         elif area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
-            results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes)
+            results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes, task=args.task)
         elif area == "sim_to_robot":
             results[area] = mod.main(quick=args.quick, checkpoint=args.sim_to_robot_checkpoint)
         elif area == "demos":

@@ -16,7 +16,7 @@ from robot_rl.demos.operator import Operator
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand, TeleopDevice, to_action
 from robot_rl.errors import UserError
-from robot_rl.types import EpisodeAborted, ObsLayout, Transition
+from robot_rl.types import EpisodeAborted, ObsLayout, Transition, stack_fields
 
 
 def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Iterator[Transition]:
@@ -101,19 +101,19 @@ def _make_robot_env(cfg: CollectConfig) -> gym.Env:
     so robot episodes and sim episodes train the same policy. The sim env is built only to read that layout."""
     from robot_rl.envs import make_env
     from robot_rl.real.config import load_robot_config, proprio_layout
+    from robot_rl.real.robot import STATE_FIELDS
 
     robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
     env_cfg = env_config(cfg)
     task_env = make_env(dataclasses.replace(env_cfg, obs="state", cameras=()))
     fields, steps = dict(task_env.unwrapped.state_layout), task_env.unwrapped.max_episode_steps
     task_env.close()
-    # The sim task's fields (with the object pose the simulated operator steers by), then what a robot run trains
-    # on besides (`proprio_layout`: joint positions and velocities); training picks its fields by name.
-    end = max(s.stop for s in fields.values())
-    for name, sl in proprio_layout(robot).items():
-        if name not in fields:
-            fields[name] = slice(end, end + sl.stop - sl.start)
-            end = fields[name].stop
+    # The sim task's fields that a cell's topics carry (PickCube's cube pose from the object topic; never the peg's
+    # and the hole's, which no topic measures), then what a robot run trains on besides (`proprio_layout`: joint
+    # positions and velocities, the wrench); training picks its fields by name.
+    sizes = [(name, sl.stop - sl.start) for name, sl in fields.items() if name in STATE_FIELDS]
+    sizes += [(name, sl.stop - sl.start) for name, sl in proprio_layout(robot).items() if name not in fields]
+    fields = stack_fields(sizes)
     cameras = tuple(cfg.cameras) if cfg.obs in ("pixels", "both") else ()
     hz = cfg.control_hz or robot.control_hz
     size = cfg.image_size if cameras else 0
@@ -515,7 +515,8 @@ def main(argv: list[str]) -> int:
             from robot_rl.real.config import load_robot_config
             from robot_rl.real.scene import SceneWatcher
 
-            eyes = SceneWatcher(load_robot_config(ns.robot, list(robot_overrides)))
+            robot = load_robot_config(ns.robot, list(robot_overrides))
+            eyes = SceneWatcher(robot, fixture=env_cfg.task == "PegInsert")  # an insertion: where the hole is
         # a missing device fails first
         device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise, eyes=eyes, wander=ns.wander)
         session.callback(device.close)

@@ -57,6 +57,10 @@ class RobotConfig:
     joint_state_topic: str = "joint_states"
     ee_pose_topic: str = "ee_pose"
     object_pose_topic: str = "object_pose"  # "" => the task needs no object state
+    # geometry_msgs/PoseStamped of an insertion's fixture (the hole's top): what a person beside the cell sees, read
+    # only by the simulated operator's eyes (real/scene.py), never by a policy; the sim robot publishes it for
+    # PegInsert. "" => none.
+    fixture_pose_topic: str = ""
     # std_msgs/Bool the robot side streams (the sim robot: the simulator's check), read fresh each step; "" => none,
     # as on a real cell: a run's classifier (reward.source=classifier) or a person's key judges success instead.
     success_topic: str = "success"

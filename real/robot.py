@@ -224,6 +224,9 @@ class RobotEnv(gym.Env):
         self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
         self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
+        # The largest force on the hand (N) in any wrench message of this episode: `info["peak_ee_force"]`, what
+        # evaluation reports (a lockstep sim robot sends one per control period, a driver one per state sample).
+        self._peak_force = 0.0
         self._clocks = {k: StreamClock() for k in self._subs if k != "success"}  # each stream's measured rate
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
@@ -251,6 +254,8 @@ class RobotEnv(gym.Env):
                 self._latest[key] = (got[-1], now)
                 for m in got if key != "success" else ():
                     self._clocks[key].add(msgs.stamp_of(m))
+                if key == "wrench":
+                    self._peak_force = max([self._peak_force, *(float(np.linalg.norm(msgs.force_of(m))) for m in got)])
         if self._button is not None and any(m.data for m in self._button.take()):
             self._pressed = True
         if self._estop.poll():
@@ -447,11 +452,15 @@ class RobotEnv(gym.Env):
         success = self._success()
         truncated = not success and self._t >= self.max_episode_steps
         info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
+        if "wrench" in self._subs:
+            info["peak_ee_force"] = self._peak_force
         return obs, float(success), success, truncated, {**info, **self.stamps()}
 
     def _raise_if_held(self) -> None:
         if self._robot_hold is not None:
-            raise RobotHold(f"the robot holds the arm ({self._robot_hold}); the episode ends here")
+            hold = RobotHold(f"the robot holds the arm ({self._robot_hold}); the episode ends here")
+            hold.peak_ee_force = self._peak_force if "wrench" in self._subs else float("nan")
+            raise hold
 
     def _await_answer(self, sent: float) -> None:
         """Lockstep: wait for every stamped stream to carry a stamp after `sent` (the robot advanced on our
@@ -515,6 +524,7 @@ class RobotEnv(gym.Env):
             raise SafetyStop(f"the robot still holds the arm after the reset ({self._robot_hold}): clear it there")
         self.safety.reset()
         self._prev_tcp = None
+        self._peak_force = 0.0
         self._obj_start = None  # the next observation's object pose
         self._t = 0
         self._pressed = False  # a press while the scene was being reset is no verdict on the new episode
@@ -559,16 +569,18 @@ class RobotEnv(gym.Env):
         return np.clip(home, self.safety.lo, self.safety.hi)
 
     def _move_home(self, home: np.ndarray) -> None:
-        """Scripted move to `home` with the gripper open, every command through the safety layer (step, velocity
-        and acceleration limits, workspace), at the control rate (lockstep: one answered command per step)."""
+        """Scripted move to `home` with the gripper open (a held grip stays closed: PegInsert's peg stays in the
+        hand), every command through the safety layer (step, velocity and acceleration limits, workspace), at the
+        control rate (lockstep: one answered command per step)."""
         self._wait_for(lambda: self.robot_state() is not None, "robot state")
         rate = RateKeeper(self.hz)
+        opening = 1.0 if self.held_grip is None else 0.5 * (1.0 - self.held_grip)
         deadline = time.monotonic() + self.cfg.reset_timeout_s
         while np.linalg.norm(self.robot_state().tcp_pos - home) > _HOME_TOL_M:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"[{self.cfg.name}] home {home.tolist()} not reached in {self.cfg.reset_timeout_s}s")
             sent = time.time()
-            self.command_target(home, 1.0)
+            self.command_target(home, opening)
             if self.safety.latched is not None:
                 raise SafetyStop(self.safety.latched)
             if self.cfg.lockstep:

@@ -2,9 +2,10 @@
 
 What runs: one fixed-rate loop (`physics_hz`, default 100 Hz, real time) that drains the command topics, applies
 each command `latency_s` after it arrived, advances the sim env by one tick and publishes the robot state
-(`sensor_msgs/JointState`, TCP `geometry_msgs/PoseStamped`), the cube pose (`PoseStamped` on `object_pose`: a
-tracker's job on a real cell), `std_msgs/Bool` success, `std_msgs/String` status and optionally camera frames
-(`sensor_msgs/Image`, rendered at `camera_hz`).
+(`sensor_msgs/JointState`, TCP `geometry_msgs/PoseStamped`), the cube or peg pose (`PoseStamped` on `object_pose`:
+a tracker's job on a real cell), with PegInsert the hole's top on `fixture_pose` (what a person at the cell sees;
+both reach only the simulated operator, never a policy), `std_msgs/Bool` success, `std_msgs/String` status and
+optionally camera frames (`sensor_msgs/Image`, rendered at `camera_hz`).
 
 How the arm is driven: through the env's own `step`, built at `control_hz = physics_hz` with a large `max_step`, so
 that each tick's action `(target - tcp) / max_step` puts the env's target exactly on the commanded TCP target, which
@@ -152,6 +153,8 @@ class SimRobot:
         self.model, self.data = u.model, u.data
         self._tcp_site = self.model.site("tcp").id
         self._object = self.model.body("cube" if cfg.task == "PickCube" else "peg").id
+        # An insertion's fixture, the hole's top: a person at the cell sees it (the simulated operator's eyes).
+        self._fixture = self.model.site("hole_top").id if cfg.task == "PegInsert" else None
         names = robot.joint_names + robot.gripper_joints
         self._joint_names = names
         self._qadr = np.array([self.model.joint(n).qposadr[0] for n in names])
@@ -184,6 +187,9 @@ class SimRobot:
             "status": self.tx.publisher(robot.status_topic, msgs.STRING, LATCHED_QOS),  # late joiners see a hold
             "reset_done": self.tx.publisher(robot.reset_done_topic, msgs.INT64),
         }
+        if self._fixture is not None:
+            fixture_topic = robot.fixture_pose_topic or "fixture_pose"
+            self._pubs["fixture"] = self.tx.publisher(fixture_topic, msgs.POSE, STATE_QOS)
         cams = {c.name: c for c in robot.cameras}
         self._cam_pubs = {c: self.tx.publisher(cams[c].topic if c in cams else f"camera/{c}/image", msgs.IMAGE,
                                                STATE_QOS) for c in cfg.cameras}  # fmt: skip
@@ -297,6 +303,9 @@ class SimRobot:
             # The force the world exerts on the hand, as the sim env's `ee_force` (a Franka's external wrench).
             "wrench": msgs.wrench_stamped(self.env.unwrapped.contacts.ee_force, np.zeros(3), stamp, r.base_frame),
         }
+        if self._fixture is not None:
+            out["fixture"] = msgs.pose_stamped(d.site_xpos[self._fixture], np.array([1.0, 0.0, 0.0, 0.0]), stamp,
+                                               r.base_frame)  # fmt: skip
         for key, m in out.items():
             self._pubs[key].publish(m)
             self._last_msgs[key] = (self._pubs[key], m)
@@ -441,6 +450,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mass", type=float, nargs=2, default=None, metavar=("LO", "HI"))
     p.add_argument("--damping", type=float, nargs=2, default=None, metavar=("LO", "HI"))
     p.add_argument("--camera-jitter", type=float, nargs=2, default=None, metavar=("POS_M", "ROT_RAD"))
+    p.add_argument("--object-range", type=float, nargs=2, default=None, metavar=("X_M", "Y_M"),
+                   help="object (PegInsert: the hole) start offset +- around the task's spot; 0 0 pins it")  # fmt: skip
     p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
@@ -450,7 +461,8 @@ def main(argv: list[str]) -> int:
     robot = robot_from_args(ns)
     cell = load_cell(ns.cell) if ns.cell else {}
     rand = cell.pop("randomization", RandomizationConfig())
-    flags = {"friction_scale": ns.friction, "mass_scale": ns.mass, "damping_scale": ns.damping}
+    flags = {"friction_scale": ns.friction, "mass_scale": ns.mass, "damping_scale": ns.damping,
+             "object_xy_range": ns.object_range}  # fmt: skip
     rand = dataclasses.replace(rand, **{k: tuple(v) for k, v in flags.items() if v is not None})
     if ns.camera_jitter is not None:
         rand = dataclasses.replace(rand, camera_pos_jitter=ns.camera_jitter[0], camera_rot_jitter=ns.camera_jitter[1])

@@ -128,7 +128,12 @@ class ReplayBuffer:
         return {k: v.to(self.storage) for k, v in self.frame_fn(frame).items()} if self.frame_fn else frame
 
     def _filled(self) -> int:
-        return self.capacity if self.n_added >= self.capacity else min(self.capacity, self.cursor + 1)
+        """Slots that may hold a transition. Every episode end and sequence break skips a slot, so the cursor wraps
+        before `capacity` transitions were added: counting `n_added` alone, sampling right after a wrap saw only
+        the slots before the cursor, none of them valid yet, and its rejection loop never ended."""
+        if self.n_added >= self.capacity or self.valid[self.cursor + 1 :].any():
+            return self.capacity
+        return self.cursor + 1
 
     def set_frame_fn(self, fn: Callable[[TorchObs], TorchObs], chunk: int = 256, view_keys: Sequence[str] = ()) -> None:
         """Maps the frames already stored through `fn` (a batch at a time) and every frame written from now on.

@@ -71,6 +71,7 @@ def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Ro
                 raise
             log.warning("evaluation episode held by the robot after %d steps: %s", out.length, e)
             out.safety_failure = True  # and not a success: the episode ends where the robot stopped it
+            out.peak_ee_force = e.peak_ee_force
             return out
         if record:
             out.steps.setdefault("reward", []).append(np.float32(reward))

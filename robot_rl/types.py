@@ -25,6 +25,8 @@ class EpisodeAborted(RuntimeError):
     # True where the robot stopped the episode under the policy (a force limit, its command watchdog): evaluation
     # scores the episode as a safety failure instead of running it again.
     safety_failure = False
+    # The episode's largest force on the hand up to the stop (N), where the env measures it: evaluation reports it.
+    peak_ee_force = float("nan")
 
 
 @dataclass(frozen=True)

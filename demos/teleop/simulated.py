@@ -1,16 +1,17 @@
-"""A simulated operator at the robot: drives PickCube, labels success and takes over from a policy, all through the
-teleop device interface, the way a person with a SpaceMouse would.
+"""A simulated operator at the robot: drives PickCube or PegInsert, labels success and takes over from a policy, all
+through the teleop device interface, the way a person with a SpaceMouse would.
 
 What it knows: the robot's state as the env last observed it (`env.unwrapped.last_obs`: TCP, gripper opening) and
-what its `eyes` see (a `Sight`: where the cube is, whether the task looks done; `real.scene.SceneWatcher` on the
-sim robot). What it does, per poll:
-- drive: the scripted PickCube strategy from that (whether the cube is grasped is inferred, not read: the gripper
-  was told to close and stopped at about the cube's width);
+what its `eyes` see (a `Sight`: where the cube or peg is, where the hole is, whether the task looks done;
+`real.scene.SceneWatcher` on the sim robot). An insertion is whatever its eyes see a fixture for. Per poll:
+- drive: the scripted strategy from that (whether the cube is grasped is inferred, not read: the gripper was told
+  to close and stopped at about the cube's width; the peg is held where it hangs below the hand);
 - label: it presses the success key when the task starts to look done and the failure key when it stops (the cube
   fell), so collection records a person's verdict per frame and training can take it as an override;
 - show failures (`wander` steps at the start of each episode): it first moves to a random pose above the table with
-  a random gripper opening, as a person labelling frames shows the camera what "not done" looks like (a gripper
-  closed on nothing, lifted), so a classifier learns those are no success (a policy will visit them);
+  a random gripper opening (the peg: to a random spot just above the block, beside or over the hole), as a person
+  labelling frames shows the camera what "not done" looks like (a gripper closed on nothing, lifted; a peg at the
+  rim), so a classifier learns those are no success (a policy will visit them);
 - intervene: it watches the goal distance and toggles "intervene" on when the policy goes wrong (the
   `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
   or a drop), for `takeover_steps`, with a probability that decays over its own count of watched steps.
@@ -24,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand
-from robot_rl.sim.envs import LIFT_HEIGHT
+from robot_rl.sim.envs import LIFT_HEIGHT, PEG_BELOW_TCP
 from robot_rl.sim.experts import InterventionConfig, ScriptedExpert, goal_distance
 
 
@@ -36,6 +37,7 @@ class Eyes(Protocol):
 
 
 CUBE_HALF = 0.02  # sim/assets/pick_cube.xml's cube on a table at z = 0: what this operator assumes of the cell
+PEG_HALF_LENGTH = 0.05  # sim/assets/peg_insert.xml's peg, likewise
 
 
 class SimulatedOperator:
@@ -63,9 +65,8 @@ class SimulatedOperator:
         self._streak = 0
         self._prev: tuple[float, bool] | None = None  # (goal distance, grasped) at the previous poll
         self._t = 0
-        # Where this episode's wandering goes: x, y around the home pose, z well above the cube, any gripper.
-        self._wander_to = (np.array([0.5, 0.0, 0.0]) + self._rng.uniform([-0.12, -0.12, 0.08], [0.12, 0.12, 0.2]),
-                           float(self._rng.uniform(-1.0, 1.0)))  # fmt: skip
+        # Where this episode's wandering goes, as fractions of a task's range: `_wander_goal`.
+        self._wander_u = self._rng.random(4)
 
     def poll(self, env: gym.Env) -> DeviceCommand:
         u = env.unwrapped
@@ -75,23 +76,53 @@ class SimulatedOperator:
                              "gripper_opening")  # fmt: skip
         sight = self.eyes.look(u.stamps()["state_timestamp"])
         s = obs["state"]
-        tcp, cube = s[layout["tcp_pos"]].astype(np.float64), np.asarray(sight.object_pos, np.float64)
-        gap = float(s[layout["gripper_opening"]][0]) * getattr(u.cfg, "gripper_max_width", 0.08)
-        closed = self._grip > 0
-        near = np.linalg.norm(cube - tcp) < 0.02
-        grasped = closed and near and 2 * CUBE_HALF - 0.01 <= gap <= 2 * CUBE_HALF + 0.01
-        state = {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap,
-                 "object_half": np.full(3, CUBE_HALF), "lift_z": CUBE_HALF + LIFT_HEIGHT, "table_z": 0.0}  # fmt: skip
-        goal, grip = ScriptedExpert._pick_cube(state)
+        tcp = s[layout["tcp_pos"]].astype(np.float64)
+        if sight.fixture_pos is None:
+            gap = float(s[layout["gripper_opening"]][0]) * getattr(u.cfg, "gripper_max_width", 0.08)
+            state = self._pick_cube_state(tcp, np.asarray(sight.object_pos, np.float64), gap)
+            goal, grip = ScriptedExpert._pick_cube(state)
+        else:
+            state = self._peg_state(tcp, sight)
+            goal, grip = ScriptedExpert._peg_insert(state)
         self._t += 1
         if self._t <= self.wander:
-            goal, grip = self._wander_to
+            goal, grip = self._wander_goal(state)
         self._grip = float(grip)
         twist = np.zeros(6, np.float32)
         twist[:3] = np.clip((goal - tcp) / u.max_step, -1.0, 1.0)
         events = self._keys(sight.success)
-        self._intervene = self._watch(goal_distance({**state, "success": sight.success}), grasped, sight.success)
+        dist = goal_distance({**state, "success": sight.success})
+        self._intervene = self._watch(dist, state["grasped"], sight.success)
         return DeviceCommand(twist, float(grip), self._intervene, events)
+
+    def _pick_cube_state(self, tcp: np.ndarray, cube: np.ndarray, gap: float) -> dict[str, Any]:
+        closed = self._grip > 0
+        near = np.linalg.norm(cube - tcp) < 0.02
+        grasped = closed and near and 2 * CUBE_HALF - 0.01 <= gap <= 2 * CUBE_HALF + 0.01
+        return {"tcp": tcp, "object_pos": cube, "grasped": grasped, "gripper_closed_cmd": closed, "gripper_gap": gap,
+                "object_half": np.full(3, CUBE_HALF), "lift_z": CUBE_HALF + LIFT_HEIGHT, "table_z": 0.0}  # fmt: skip
+
+    @staticmethod
+    def _peg_state(tcp: np.ndarray, sight: Any) -> dict[str, Any]:
+        """The peg's bottom from its pose (it may tilt in the grip), held while it hangs about where it was grasped."""
+        w, x, y, z = np.asarray(sight.object_quat, np.float64)
+        axis = np.array([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)])  # the peg's own z
+        peg = np.asarray(sight.object_pos, np.float64)
+        below = tcp[2] - peg[2]
+        grasped = np.abs(peg[:2] - tcp[:2]).max() < 0.015 and abs(below - PEG_BELOW_TCP) < 0.02
+        return {"tcp": tcp, "peg_bottom": peg - PEG_HALF_LENGTH * axis, "hole_top": np.asarray(sight.fixture_pos),
+                "grasped": bool(grasped)}  # fmt: skip
+
+    def _wander_goal(self, state: dict[str, Any]) -> tuple[np.ndarray, float]:
+        """This episode's failure pose: PickCube x, y around the home pose, z well above the cube, any gripper; the
+        peg's bottom up to 4 cm beside the hole's centre, 3 mm to 6 cm above its top (never pressed on the block)."""
+        u = self._wander_u
+        if "peg_bottom" not in state:
+            lo, hi = np.array([-0.12, -0.12, 0.08]), np.array([0.12, 0.12, 0.2])
+            return np.array([0.5, 0.0, 0.0]) + lo + u[:3] * (hi - lo), float(2.0 * u[3] - 1.0)
+        lo, hi = np.array([-0.04, -0.04, 0.003]), np.array([0.04, 0.04, 0.06])
+        bottom = state["hole_top"] + lo + u[:3] * (hi - lo)
+        return state["tcp"] + bottom - state["peg_bottom"], 1.0
 
     def _keys(self, success: bool) -> frozenset[str]:
         """Success key when the task starts to look done, failure key when it stops looking so."""

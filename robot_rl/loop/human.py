@@ -60,7 +60,8 @@ def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator"
         from robot_rl.demos.teleop.simulated import SimulatedOperator
         from robot_rl.real.scene import SceneWatcher
 
-        device = SimulatedOperator(SceneWatcher(cfg.robot, node_name=node_name), c, seed)
+        eyes = SceneWatcher(cfg.robot, node_name=node_name, fixture=cfg.env.task == "PegInsert")
+        device = SimulatedOperator(eyes, c, seed)
     else:
         try:
             device = make_device(c.device, seed)

@@ -46,6 +46,16 @@ def test_next_obs_across_episodes_and_wraparound() -> None:
     assert buf.obs["cam"].shape[0] == 37  # frames stored once: no separate next_obs array
 
 
+def test_sampling_right_after_the_cursor_wraps_before_capacity_transitions() -> None:
+    """Each episode end skips a slot: 5 episodes of 3 fill 20 slots with 15 transitions, the cursor back at 0."""
+    buf = ReplayBuffer(capacity=20, seed=0)
+    for k in range(5):
+        for t in episode(100 * k, 3):
+            buf.add(t)
+    assert buf.cursor == 0 and buf.n_added == 15
+    check(buf)  # used to loop forever: only slot 0 was sampled, and it held no transition
+
+
 def test_terminated_flag_only_on_terminal_steps() -> None:
     buf = ReplayBuffer(100, seed=1)
     for t in episode(0, 5, terminated=True) + episode(50, 5, terminated=False):
