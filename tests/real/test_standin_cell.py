@@ -45,7 +45,7 @@ def test_the_standin_cell_moves_the_front_camera_and_shifts_looks_physics_and_la
 
 
 def test_every_visual_shift_of_the_standin_cell_lies_outside_the_visual_preset() -> None:
-    preset = yaml.safe_load(VISUAL_PRESET.read_text())["visual"]
+    preset = yaml.safe_load(VISUAL_PRESET.read_text())["env"]["randomization"]["visual"]
     vis = CELLS["standin"]["randomization"]["visual"]
     lo, hi = preset["light_intensity"]
     assert not lo <= vis["light_intensity"][0] <= hi
