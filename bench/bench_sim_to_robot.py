@@ -169,7 +169,8 @@ def plot(rows: list[dict], png: Path) -> None:
         if r.get("arm") == "zero-shot":
             ax.axhline(r["success"], color="tab:red", lw=0.8, ls="--", label=r["bench"])
     ax.axhline(GOAL, color="grey", lw=0.8, ls=":")
-    for a, title in ((ax, "eval success (the sim robot's check)"), (bx, "intervention rate (evaluations)")):
+    titles = ("eval success (the sim robot's check)", "intervention rate (training steps since the last evaluation)")
+    for a, title in zip((ax, bx), titles, strict=True):
         a.set_xlabel("training robot time (min) = env steps / 10 Hz")
         a.set_ylim(-0.02, 1.02)
         a.set_title(title, fontsize=9)
