@@ -28,7 +28,7 @@ def test_bench_demos_smoke() -> None:
 @pytest.mark.ros2
 def test_bench_sim_to_robot_quick(camera_run: Path, tmp_path: Path) -> None:
     """Every stage on the stand-in cell in real time, tiny budgets: demos, classifier, (b) deploy, (a) and (c) runs,
-    the table, JSON and plot. About 3.5 min on a loaded 2-core box, most of it process start-ups."""
+    the table, JSON and plot. 2-3.5 min on a shared 2-core box, most of it process start-ups."""
     mod = _load("bench_sim_to_robot")
     rows = mod.main(quick=True, checkpoint=camera_run, out=tmp_path)
     assert [r.get("arm") for r in rows] == ["zero-shot", "scratch", "fine-tuned", None]
