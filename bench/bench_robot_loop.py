@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import cli
+
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
 HZ = 10.0
@@ -69,14 +71,6 @@ TASKS = {
                        ("robot.safety.workspace_lo=[0.4,-0.15,0.055]", "robot.safety.workspace_hi=[0.66,0.15,0.25]",
                         "robot.reset=home", "robot.scene_reset=topic"), (0, 1)),
 }  # fmt: skip
-
-
-def cli(*args: str, timeout: float | None = None) -> str:
-    """A `robot-rl` command as its own process; its stdout, or the tail of its stderr on failure."""
-    p = subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise RuntimeError(f"robot-rl {args[0]} failed ({p.returncode}): {p.stderr[-3000:]}")
-    return p.stdout
 
 
 class SimRobot:

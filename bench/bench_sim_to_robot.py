@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import cli
+
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
 HZ = 10.0
@@ -42,14 +44,6 @@ TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the r
 # picked 0.024 and 0.015 from 12 demos, a reward any off-demo frame could earn. It is not enough: at 0.5 the
 # classifier still paid the policies at steps 0-1 of most episodes (docs/benchmarks.md, "Sim to robot").
 THRESHOLD_FLOOR = 0.5
-
-
-def cli(*args: str, timeout: float | None = None) -> str:
-    """A `robot-rl` command as its own process; its stdout, or the tail of its stderr on failure."""
-    p = subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise RuntimeError(f"robot-rl {args[0]} failed ({p.returncode}): {p.stderr[-3000:]}")
-    return p.stdout
 
 
 class Cell:

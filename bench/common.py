@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -48,3 +50,11 @@ def kept_ci(nominal: list[bool], shifted: list[bool], n_boot: int = 4000, seed: 
     den = a[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
     ratio = num / np.maximum(den, 1e-9)
     return (float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975)))
+
+
+def cli(*args: str, timeout: float | None = None) -> str:
+    """A `robot-rl` command as its own process; its stdout, or the tail of its stderr on failure."""
+    p = subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"robot-rl {args[0]} failed ({p.returncode}): {p.stderr[-3000:]}")
+    return p.stdout

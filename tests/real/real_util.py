@@ -21,6 +21,14 @@ def spawn(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def run(*args: str, timeout: float = 600) -> str:
+    """A `robot-rl` subcommand to its end: its stdout; a failure asserts with the tail of its stderr."""
+    p = spawn(*args)
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err[-3000:]
+    return out
+
+
 def stop(*procs: subprocess.Popen) -> None:
     for p in procs:
         if p.poll() is None:

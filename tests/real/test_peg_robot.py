@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from real_util import random_domain, spawn, stop
+from real_util import random_domain, run, spawn, stop
 
 from robot_rl.algos.reward_classifier import classifier_meta
 from robot_rl.demos.store import EpisodeStore
@@ -31,13 +31,6 @@ CAMERAS = "front,wrist"
 # Where each episode starts: the home move (through the safety layer) after the sim robot re-seeds the scene.
 CELL = ["reset=home", "scene_reset=topic", "home_pos=[0.55,0.0,0.12]", "safety.workspace_lo=[0.4,-0.15,0.055]",
         "safety.workspace_hi=[0.66,0.15,0.25]"]  # fmt: skip
-
-
-def run(*args: str, timeout: float = 600) -> str:
-    p = spawn(*args)
-    out, err = p.communicate(timeout=timeout)
-    assert p.returncode == 0, err[-3000:]
-    return out
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from real_util import random_domain, spawn, stop
+from real_util import random_domain, run, spawn, stop
 from safetensors import safe_open
 
 from robot_rl.algos.reward_classifier import classifier_meta
@@ -22,13 +22,6 @@ from robot_rl.types import PRIVILEGED_FIELDS
 # every 250 steps reaches 0.8: training seeds 0, 1, 2 got there at 1000, 1000, 1250 (docs/benchmarks.md).
 DEMOS, HOLD, WANDER, STEPS, EPISODES = 20, 5, 6, 2000, 20
 CAMERAS = "front,wrist"
-
-
-def run(*args: str, timeout: float = 600) -> str:
-    p = spawn(*args)
-    out, err = p.communicate(timeout=timeout)
-    assert p.returncode == 0, err[-3000:]
-    return out
 
 
 @dataclass
