@@ -7,12 +7,13 @@ every correction, the online side keeps the true state distribution.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import fields
 
 import torch
 
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import MixedSampler, ReplayBuffer
-from robot_rl.types import Transition
+from robot_rl.types import Batch, Transition
 
 
 class Learner:
@@ -33,6 +34,8 @@ class Learner:
         self._last_intervened = False
         self._last_stream = ""
         self._stats: dict[str, torch.Tensor] = {}
+        on_gpu = algo.log_alpha.device.type == "cuda"
+        self._graphed = GraphedUpdate(algo) if on_gpu and algo.cfg.cuda_graph else None
 
     def add(self, t: Transition, stream: str = "") -> None:
         """`stream` names the actor: transitions of one stream arrive in order, streams interleave."""
@@ -57,7 +60,8 @@ class Learner:
     def update(self) -> None:
         """`utd` critic steps and one actor step; nothing here waits for the device (batches are sampled on it,
         stats stay there until `last_stats` reads them)."""
-        self._stats = self.algo.update([self.sampler.sample() for _ in range(self.algo.cfg.utd)])
+        batches = [self.sampler.sample() for _ in range(self.algo.cfg.utd)]
+        self._stats = self._graphed(batches) if self._graphed else self.algo.update(batches)
         self.updates += 1
 
     @property
@@ -84,6 +88,63 @@ class Learner:
             out[k] = flat[i : i + v.numel()].view(v.shape).to(v.dtype, copy=True)
             i += v.numel()
         return out
+
+
+class GraphedUpdate:
+    """`SAC.update` as one CUDA graph (`sac.cuda_graph`). Batches are sampled outside it and copied into its static
+    inputs. The first `WARMUP` calls run eagerly on a side stream (optimiser state, cuBLAS workspaces and autograd
+    are set up before a capture, as CUDA graphs require); the next captures and replays, every later one replays.
+    A batch of another structure (say, extras the demo side starts to carry) runs eagerly and captures anew."""
+
+    WARMUP = 3
+
+    def __init__(self, algo: SAC) -> None:
+        self.algo = algo
+        for opt in algo.optimizers().values():  # optimiser steps that read their step count on the device
+            for group in opt.param_groups:
+                group["capturable"] = True
+        self._side = torch.cuda.Stream(device=algo.log_alpha.device)
+        self._key: tuple = ()
+        self._eager_left = self.WARMUP
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._inputs: list[Batch] = []
+        self._stats: dict[str, torch.Tensor] = {}
+
+    def __call__(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
+        if (key := _structure(batches)) != self._key:
+            self._key, self._eager_left, self._graph = key, self.WARMUP, None
+        if self._eager_left:
+            self._eager_left -= 1
+            self._side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self._side):
+                stats = self.algo.update(batches)
+            torch.cuda.current_stream().wait_stream(self._side)
+            return stats
+        if self._graph is None:
+            self._inputs = [_tensors_map(b, torch.clone) for b in batches]
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):  # the actor may use CUDA
+                self._stats = self.algo.update(self._inputs)
+        for dst, src in zip(self._inputs, batches, strict=True):
+            _tensors_map(dst, torch.Tensor.copy_, src)
+        self._graph.replay()
+        return self._stats
+
+
+def _tensors_map(x, fn, other=None):  # noqa: ANN001, ANN202
+    """`fn` over every tensor of a Batch (or its dicts), paired with `other`'s where given."""
+    if isinstance(x, torch.Tensor):
+        return fn(x) if other is None else fn(x, other)
+    if isinstance(x, dict):
+        return {k: _tensors_map(v, fn, None if other is None else other[k]) for k, v in x.items()}
+    return Batch(**{f.name: _tensors_map(getattr(x, f.name), fn, None if other is None else getattr(other, f.name))
+                    for f in fields(x)})  # fmt: skip
+
+
+def _structure(batches: list[Batch]) -> tuple:
+    out: list = []
+    _tensors_map(batches[0], lambda t: out.append((tuple(t.shape), t.dtype)))
+    return (len(batches), tuple(out), tuple(sorted(batches[0].extras)))
 
 
 class BackgroundUpdates:
