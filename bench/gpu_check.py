@@ -5,8 +5,10 @@ fails records its error and the rest go on):
   env        torch build, CUDA, the card, what `bf16=auto` measured
   learner    `Learner.update` (replay sampled on the device + UTD critic steps + actor step): state, 2 cameras at
              128 px with a frozen trunk and end to end; batch 256 and 1024; bf16 on and off; peak memory; whether
-             an update synchronises with the host
+             an update synchronises with the host; each variant once more without the CUDA graph (`eager_rows`)
   main_job   `robot-rl train profile=gpu device=cuda` until it evaluates at 0.9
+  pixel_job  the camera policy a real cell runs (`obs=pixels env.for_robot=sim`, no object pose) on the GPU, capped
+             at 2 minutes
   vla        one pi0 LoRA step under bf16 autocast: every base matmul's dtype checked
   maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them (`loop.num_envs`)
 `--tiny` runs the same code on a CPU at toy sizes (what the test suite runs).
@@ -34,6 +36,9 @@ GOALS = {
     "main job profile=gpu: final success": 0.9,
     "ManiSkill PickCube state, 256 GPU envs: env steps/s": 50_000,
 }
+
+
+SECTIONS = ("env", "learner", "vla", "maniskill", "main_job", "pixel_job")
 
 
 class Sizes:
@@ -70,14 +75,15 @@ def env_section(s: Sizes) -> dict:
     }
 
 
-def filled_learner(s: Sizes, cameras: tuple[str, ...], batch: int, bf16: str, frozen: bool):  # noqa: ANN201
+def filled_learner(s: Sizes, cameras: tuple[str, ...], batch: int, bf16: str, frozen: bool,  # noqa: ANN201
+                   graph: bool = True):  # fmt: skip
     """A Learner on `s.device` with `s.fill` random transitions in each buffer (frames stored as the run would)."""
     from robot_rl.algos.sac import SAC, SACConfig
     from robot_rl.buffers import ReplayBuffer
     from robot_rl.loop.learner import Learner
     from robot_rl.types import Transition
 
-    cfg = SACConfig(n_critics=s.n_critics, utd=4, batch_size=batch, bf16=bf16, frozen_trunk=frozen)
+    cfg = SACConfig(n_critics=s.n_critics, utd=4, batch_size=batch, bf16=bf16, frozen_trunk=frozen, cuda_graph=graph)
     sac = SAC(cfg, 7 if cameras else 13, 4, cameras, s.image_size).to(s.device)
     demo, online = ReplayBuffer(s.fill + 2, seed=0, device=s.device), ReplayBuffer(s.fill + 2, seed=1, device=s.device)
     if frozen:
@@ -98,9 +104,10 @@ def filled_learner(s: Sizes, cameras: tuple[str, ...], batch: int, bf16: str, fr
     return Learner(sac, demo, online)
 
 
-def learner_row(s: Sizes, name: str, cameras: tuple[str, ...], batch: int, bf16: str, frozen: bool) -> dict:
-    learner = filled_learner(s, cameras, batch, bf16, frozen)
-    for _ in range(3):  # optimiser state, autocast caches, cuDNN's algorithm search
+def learner_row(s: Sizes, name: str, cameras: tuple[str, ...], batch: int, bf16: str, frozen: bool,
+                graph: bool = True) -> dict:  # fmt: skip
+    learner = filled_learner(s, cameras, batch, bf16, frozen, graph)
+    for _ in range(5):  # optimiser state, cuDNN's algorithm search, the CUDA graph's warm-up and capture
         learner.update()
     sync(s.device)
     if s.device == "cuda":
@@ -112,7 +119,7 @@ def learner_row(s: Sizes, name: str, cameras: tuple[str, ...], batch: int, bf16:
         n += 5
         sync(s.device)
     dt = time.perf_counter() - t
-    row = {"bench": f"{name}, batch {batch}, bf16 {bf16}", "update_calls_per_s": n / dt,
+    row = {"bench": f"{name}, batch {batch}, bf16 {bf16}{'' if graph else ', eager'}", "update_calls_per_s": n / dt,
            "critic_updates_per_s": 4 * n / dt}  # fmt: skip
     if s.device == "cuda":
         row["peak_mem_MiB"] = torch.cuda.max_memory_allocated() / 2**20
@@ -136,19 +143,35 @@ def learner_section(s: Sizes) -> dict:
     )
     rows = [learner_row(s, name, c, b, bf16, frozen)
             for name, c, frozen in variants for b in s.batches for bf16 in ("off", "on")]  # fmt: skip
-    return {"rows": rows}
+    eager = [learner_row(s, name, c, s.batches[0], "off", frozen, graph=False) for name, c, frozen in variants]
+    return {"rows": rows, "eager_rows": eager}
 
 
 def main_job_section(s: Sizes, run_dir: Path) -> dict:
-    from robot_rl.config import load_config
-    from robot_rl.loop.trainer import train
-
     overrides = [f"run_dir={run_dir}", "loop.stop_at_success=0.9", "loop.checkpoint_every=0"]
     if s.tiny:
         overrides += ["profile=cpu", "device=cpu", "loop.env_steps=150", "loop.eval_every=0",
                       "loop.final_eval_episodes=2", "demos.n_episodes=2"]  # fmt: skip
     else:
         overrides += ["profile=gpu", "device=cuda"]
+    return train_summary(overrides)
+
+
+def pixel_job_section(s: Sizes, run_dir: Path) -> dict:
+    overrides = [f"run_dir={run_dir}", "obs=pixels", "env.for_robot=sim", "loop.stop_at_success=0.9",
+                 "loop.eval_every=500", "loop.checkpoint_every=0"]  # fmt: skip
+    if s.tiny:
+        overrides += ["profile=cpu", "device=cpu", "loop.env_steps=100", "loop.eval_every=0", "env.image_size=32",
+                      "sac.trunk_pretrain_steps=10", "loop.final_eval_episodes=2", "demos.n_episodes=2"]  # fmt: skip
+    else:
+        overrides += ["profile=gpu", "device=cuda", "loop.max_minutes=2"]
+    return train_summary(overrides)
+
+
+def train_summary(overrides: list[str]) -> dict:
+    from robot_rl.config import load_config
+    from robot_rl.loop.trainer import train
+
     summary = json.loads(train(load_config(overrides)).read_text())
     keys = ("final_success_rate", "wall_clock_s", "env_steps", "updates", "critic_updates", "device")
     return {k: summary[k] for k in keys} | {"overrides": overrides}
@@ -219,7 +242,7 @@ def maniskill_run(s: Sizes, run_dir: Path) -> dict:
     return {k: summary[k] for k in keys} | {"env_steps_per_s": summary["env_steps"] / summary["wall_clock_s"]}
 
 
-def run(out: Path, tiny: bool) -> dict:
+def run(out: Path, tiny: bool, only: list[str] | None = None) -> dict:
     s = Sizes(tiny)
     result: dict = {"tiny": tiny, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
@@ -229,8 +252,11 @@ def run(out: Path, tiny: bool) -> dict:
         "vla": lambda: vla_section(s),
         "maniskill": lambda: maniskill_section(s, work / "maniskill"),
         "main_job": lambda: main_job_section(s, work / "main_job"),
+        "pixel_job": lambda: pixel_job_section(s, work / "pixel_job"),
     }
     for name, fn in sections.items():
+        if only and name not in only:
+            continue
         t = time.perf_counter()
         try:
             result[name] = fn()
@@ -268,13 +294,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU: checks the script, measures nothing")
     p.add_argument("--out", type=Path, default=HERE / "results" / "gpu_check.json")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, help="run these sections alone")
     args = p.parse_args()
     if not args.tiny and not torch.cuda.is_available():
         print(f"gpu_check: no usable GPU (torch {torch.__version__}, CUDA {torch.version.cuda}); --tiny runs on CPU",
               file=sys.stderr)  # fmt: skip
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    r = run(args.out, args.tiny)
+    r = run(args.out, args.tiny, args.only)
     failed = [k for k, v in r.items() if isinstance(v, dict) and "error" in v]
     print(json.dumps(r["goals"], indent=1))
     print(f"wrote {args.out}" + (f"; sections with errors: {', '.join(failed)}" if failed else ""))

@@ -55,7 +55,7 @@ class SACConfig:
     bf16: str = "auto"
     # On a CUDA learner the whole update (critic steps, actor, temperature, Polyak) is captured once as a CUDA graph
     # and replayed: eager, the host issues its ~2600 small operations one by one (~24 ms an update on an H100 at any
-    # batch size); replayed, 7-9x the updates per second (docs/benchmarks.md). No effect on a CPU.
+    # batch size); replayed, 3-9x the updates per second (docs/benchmarks.md). No effect on a CPU.
     cuda_graph: bool = True
 
 

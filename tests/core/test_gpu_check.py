@@ -18,12 +18,12 @@ def test_gpu_check_runs_every_section_on_cpu(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
-    for section in ("env", "learner", "vla", "maniskill", "main_job"):
+    for section in ("env", "learner", "vla", "maniskill", "main_job", "pixel_job"):
         assert "error" not in r[section], r[section]
     rows = r["learner"]["rows"]
     assert len(rows) == 12 and all(x["critic_updates_per_s"] > 0 for x in rows)
     assert r["vla"]["all_bf16"], r["vla"]  # an outer bf16 autocast reaches every base matmul
     ms = r["maniskill"]
     assert "skipped" in ms or (ms["env_steps_per_s"] > 0 and ms["training"]["env_steps"] == 120)
-    assert r["main_job"]["env_steps"] == 150
+    assert r["main_job"]["env_steps"] == 150 and r["pixel_job"]["env_steps"] == 100
     assert len(r["goals"]) == 4 and all(g["met"] is None for g in r["goals"].values())  # toy sizes judge nothing
