@@ -51,6 +51,6 @@ def camera_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     run = tmp_path_factory.mktemp("camera_run")
     train(load_config([f"run_dir={run}", "obs=pixels", "env.for_robot=sim", "loop.env_steps=5000",
-                       "loop.eval_every=500", "loop.eval_episodes=20", "loop.stop_at_success=0.95",
-                       "loop.final_eval_episodes=20", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
+                       "loop.eval_every=500", "loop.eval_episodes=10", "loop.stop_at_success=0.95",
+                       "loop.final_eval_episodes=10", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
     return run
