@@ -34,7 +34,7 @@ class Learner:
         self._last_intervened = False
         self._last_stream = ""
         self._stats: dict[str, torch.Tensor] = {}
-        on_gpu = algo.log_alpha.device.type == "cuda"
+        on_gpu = torch.cuda.is_available() and algo.log_alpha.device.type == "cuda"
         self._graphed = GraphedUpdate(algo) if on_gpu and algo.cfg.cuda_graph else None
 
     def add(self, t: Transition, stream: str = "") -> None:
