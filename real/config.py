@@ -117,6 +117,11 @@ class RobotConfig:
     home_box: tuple[float, float, float] = (0.0, 0.0, 0.0)  # metres either side of home_pos each reset's home is drawn
     home_quat: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 0.0)  # w, x, y, z: gripper pointing down
     max_episode_steps: int = 0  # 0 => the checkpoint's task length
+    # A driver's hold whose reason starts with one of these is the policy's doing (it pushed past the force limit):
+    # the step ends the episode as the sim env's safety terminal, worth `safety_reward` and stored, so the critic
+    # learns what a push costs, as in the sim. Any other hold (command watchdog, fault) aborts the episode.
+    policy_holds: tuple[str, ...] = ("force limit",)
+    safety_reward: float = -1.0  # the sim's `env.safety_reward`
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     gripper_bridge: GripperBridgeConfig = field(default_factory=GripperBridgeConfig)
 

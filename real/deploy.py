@@ -157,6 +157,7 @@ def deploy(
                 if status:
                     _status_line(env, ep, t, n_int, sys.stderr)
             success = bool(info.get("success", False)) and not reason
+            held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
             results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
                             "interventions": n_int, "aborted": reason, "safety_failure": held})  # fmt: skip
             if status:

@@ -446,15 +446,20 @@ class RobotEnv(gym.Env):
             self._poll()
         if (reason := self.safety.latched) is not None and reason.startswith("estop"):
             raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
-        self._raise_if_held()  # this step's command may not have acted: no transition for it
+        pushed = self._robot_hold is not None and self._robot_hold.startswith(tuple(self.cfg.policy_holds))
+        if not pushed:
+            self._raise_if_held()  # this step's command may not have acted: no transition for it
         obs = self._observe()
         self._t += 1
-        success = self._success()
-        truncated = not success and self._t >= self.max_episode_steps
+        success = not pushed and self._success()
+        truncated = not success and not pushed and self._t >= self.max_episode_steps
         info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
+        if pushed:  # the sim env's safety terminal (EnvConfig.safety_reward), not an abort
+            info |= {"safety_failure": True, "robot_hold": self._robot_hold}
         if "wrench" in self._subs:
             info["peak_ee_force"] = self._peak_force
-        return obs, float(success), success, truncated, {**info, **self.stamps()}
+        reward = self.cfg.safety_reward if pushed else float(success)
+        return obs, reward, success or pushed, truncated, {**info, **self.stamps()}
 
     def _raise_if_held(self) -> None:
         if self._robot_hold is not None:

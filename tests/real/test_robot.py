@@ -452,3 +452,41 @@ def test_the_wrench_topic_becomes_the_observed_force_as_the_sim_env_observes_it(
     no_wrench = load_robot_config("sim", [f"domain_id={robot_cfg.domain_id}", "backend=inproc", "wrench_topic=''"])
     with pytest.raises(ValueError, match="wrench_topic"):
         RobotEnv(no_wrench, ObsLayout.from_slices(lay))
+
+
+def test_a_force_limit_hold_ends_the_episode_as_the_sims_safety_terminal(robot_cfg) -> None:
+    """A policy that pushes the closed gripper down through the cube trips the sim robot's force limit: the step
+    that did it comes back terminal, worth `safety_reward`, and is stored (the critic learns what a push costs, as
+    in the sim); nothing is aborted, and an evaluation counts the episode as a safety failure."""
+    from robot_rl.evaluation import evaluate
+    from robot_rl.loop.actor import Actor
+
+    served = Served(robot_cfg)
+    lay = layout()
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(lay, control_hz=20.0), max_episode_steps=40)
+
+    class Push:
+        """Over the cube, then down through it with the gripper closed."""
+
+        def select_action(self, obs, deterministic=False):  # noqa: ANN001, ANN202
+            to_cube = obs["state"][lay["cube_minus_tcp"]]
+            if np.linalg.norm(to_cube[:2]) > 0.005:
+                return np.array([*np.clip(to_cube[:2] / 0.025, -1, 1), 0.0, 1.0])
+            return np.array([0.0, 0.0, -1.0, 1.0])
+
+        def reset(self) -> None:
+            pass
+
+    try:
+        actor = Actor(env, Push(), retry_s=0.0)
+        stored = [actor.step()]
+        while not stored[-1].done:
+            stored.append(actor.step())
+        last = stored[-1]
+        assert last.terminated and last.reward == robot_cfg.safety_reward, last
+        assert actor.stats.aborted == 0
+        res = evaluate(env, Push(), 1, seed=5, retry_s=0.0)
+        assert res.safety_failure_rate == 1.0 and res.success_rate == 0.0
+    finally:
+        env.close()
+        served.close()
