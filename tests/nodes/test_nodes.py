@@ -71,7 +71,13 @@ def test_learner_and_actor_processes_train_over_ros2(tmp_path: Path, domain: int
 
 # Enough steps after the kill (at the first checkpoint) for the restarted actor to start and be heard while the
 # survivor trains on: 1200 lost that race once on a loaded box (the learner finished before the restart spoke).
-STEPS_KILLED = 2000
+STEPS_KILLED = 1000
+
+
+def checkpoint_step(run: Path) -> int:
+    """The env step of the run's latest checkpoint (0 before the first)."""
+    latest = run / "checkpoints" / "latest"
+    return int(latest.read_text().removeprefix("step_")) if latest.exists() else 0
 
 
 def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: Path, domain: int) -> None:
@@ -81,12 +87,17 @@ def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: P
     a1 = spawn("actor", "--index", "1", *common(domain, STEPS_KILLED))
     a0_again = None
     try:
-        wait_for(lambda: (run / "checkpoints" / "latest").exists(), 180)  # training is under way
+        wait_for(lambda: checkpoint_step(run) > 0, 180)  # training is under way
+        a1.send_signal(signal.SIGSTOP)  # from here only the restarted actor can move training on
         a0.send_signal(signal.SIGKILL)
         a0.wait()
+        at_kill = checkpoint_step(run)
         a0_again = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
+        wait_for(lambda: checkpoint_step(run) >= at_kill + 200, 180)  # two checkpoints on the restart's data
+        a1.send_signal(signal.SIGCONT)
         finish(learner, 240)
     finally:
+        a1.send_signal(signal.SIGCONT)
         stop(a0, a1, *([a0_again] if a0_again else []))
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == STEPS_KILLED
