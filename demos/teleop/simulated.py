@@ -14,7 +14,8 @@ what its `eyes` see (a `Sight`: where the cube or peg is, where the hole is, whe
   rim), so a classifier learns those are no success (a policy will visit them);
 - intervene: it watches the goal distance and toggles "intervene" on when the policy goes wrong (the
   `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
-  or a drop), for `takeover_steps`, with a probability that decays over its own count of watched steps.
+  or a drop; and at once at a jam, the peg pressed on the block beside the hole, as a person steps in the moment
+  they see one), for `takeover_steps`, with a probability that decays over its own count of watched steps.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Eyes(Protocol):
 
 CUBE_HALF = 0.02  # sim/assets/pick_cube.xml's cube on a table at z = 0: what this operator assumes of the cell
 PEG_HALF_LENGTH = 0.05  # sim/assets/peg_insert.xml's peg, likewise
+# A jam as a person sees it: the peg's bottom down at the block's top (within JAM_HEIGHT) but off the hole's centre
+# by more than JAM_OFFSET, twice the 1.5 mm clearance of the tightest hole: on the rim or the face, not going in.
+JAM_HEIGHT, JAM_OFFSET = 0.002, 0.003
 
 
 class SimulatedOperator:
@@ -92,7 +96,7 @@ class SimulatedOperator:
         twist[:3] = np.clip((goal - tcp) / u.max_step, -1.0, 1.0)
         events = self._keys(sight.success)
         dist = goal_distance({**state, "success": sight.success})
-        self._intervene = self._watch(dist, state["grasped"], sight.success)
+        self._intervene = self._watch(dist, state["grasped"], sight.success, state.get("jammed", False))
         return DeviceCommand(twist, float(grip), self._intervene, events)
 
     def _pick_cube_state(self, tcp: np.ndarray, cube: np.ndarray, gap: float) -> dict[str, Any]:
@@ -110,8 +114,10 @@ class SimulatedOperator:
         peg = np.asarray(sight.object_pos, np.float64)
         below = tcp[2] - peg[2]
         grasped = np.abs(peg[:2] - tcp[:2]).max() < 0.015 and abs(below - PEG_BELOW_TCP) < 0.02
-        return {"tcp": tcp, "peg_bottom": peg - PEG_HALF_LENGTH * axis, "hole_top": np.asarray(sight.fixture_pos),
-                "grasped": bool(grasped)}  # fmt: skip
+        bottom, hole = peg - PEG_HALF_LENGTH * axis, np.asarray(sight.fixture_pos, np.float64)
+        jammed = bottom[2] < hole[2] + JAM_HEIGHT and np.linalg.norm(bottom[:2] - hole[:2]) > JAM_OFFSET
+        return {"tcp": tcp, "peg_bottom": bottom, "hole_top": hole, "grasped": bool(grasped),
+                "jammed": bool(jammed)}  # fmt: skip
 
     def _wander_goal(self, state: dict[str, Any]) -> tuple[np.ndarray, float]:
         """This episode's failure pose: PickCube x, y around the home pose, z well above the cube, any gripper; the
@@ -131,8 +137,8 @@ class SimulatedOperator:
             return frozenset({"success" if success else "failure"})
         return frozenset()
 
-    def _watch(self, dist: float, grasped: bool, success: bool) -> bool:
-        """True while taking over: triggered by `patience` steps away from the goal or a drop, then held for
+    def _watch(self, dist: float, grasped: bool, success: bool, jammed: bool = False) -> bool:
+        """True while taking over: triggered by `patience` steps away from the goal, a drop or a jam, then held for
         `takeover_steps`, stepping in with probability `rate`."""
         self.watched += 1
         if self.cfg is None or not self.cfg.enabled:
@@ -151,7 +157,7 @@ class SimulatedOperator:
             self._streak = 0
         elif trigger == "always" or dist > prev[0] + tol or trigger == "no_progress":
             self._streak += 1
-        if (dropped or self._streak >= self.cfg.patience) and self._rng.random() < self.rate:
+        if (dropped or jammed or self._streak >= self.cfg.patience) and self._rng.random() < self.rate:
             self._streak = 0
             self._takeover_left = self.cfg.takeover_steps - 1
             return True

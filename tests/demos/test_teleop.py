@@ -143,3 +143,24 @@ def test_scripted_device_reproduces_expert_actions() -> None:
     env.reset(seed=3)
     a = ScriptedExpert().act(env)
     assert np.allclose(to_action(ScriptedDevice().poll(env), 4), a)
+
+
+def test_the_simulated_operator_steps_in_at_once_at_a_jam() -> None:
+    """The peg pressed on the block beside the hole is a jam: the operator takes over at that poll, as a person
+    who sees one does, with no `patience` steps first; the peg going into the hole is no jam."""
+    from robot_rl.demos.teleop.simulated import PEG_HALF_LENGTH, SimulatedOperator
+    from robot_rl.real.scene import Sight
+    from robot_rl.sim.envs import PEG_BELOW_TCP
+    from robot_rl.sim.experts import InterventionConfig
+
+    hole = np.array([0.5, 0.0, 0.05])
+
+    def state(offset_xy: float, bottom_above_hole: float) -> dict:
+        peg = hole + [offset_xy, 0.0, bottom_above_hole + PEG_HALF_LENGTH]
+        sight = Sight(peg, False, fixture_pos=hole)
+        return SimulatedOperator._peg_state(peg + [0.0, 0.0, PEG_BELOW_TCP], sight)
+
+    assert state(0.006, 0.0005)["jammed"] and not state(0.0005, -0.01)["jammed"] and not state(0.006, 0.02)["jammed"]
+    op = SimulatedOperator(eyes=None, cfg=InterventionConfig(trigger="no_progress", patience=5), seed=0)
+    assert not op._watch(0.05, True, False)  # the first poll only sets the baseline
+    assert op._watch(0.05, True, False, jammed=True)  # no progress for one step, but a jam: at once
