@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # Ctrl-C, as itself or as what a library turned it into
         if debug or not _caused_by_ctrl_c(e):
             raise
+        # Store writes cut short are abandoned (the store keeps only whole episodes); zarr's event loop would report
+        # each of its pending tasks at exit, with a traceback, after this line.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
         print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
         return 130
     finally:
