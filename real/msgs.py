@@ -147,4 +147,4 @@ def decode_image(msg: Any, compressed: bool, size: int, crop: list[int] | None =
         rgb = rgb[top : top + h, left : left + w]
     if rgb.shape[:2] != (size, size):
         rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
-    return np.ascontiguousarray(rgb)
+    return np.array(rgb, order="C")  # own, writable memory: an rgb8 frame at size is otherwise a view of the message

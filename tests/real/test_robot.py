@@ -329,7 +329,9 @@ def test_stream_clock_learns_period_and_jitter_and_skips_gaps_and_repeats() -> N
 def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
     rgb = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
     raw = msgs.image_msg(rgb, 1.5, "cam")
-    np.testing.assert_array_equal(msgs.decode_image(raw, False, 8), rgb)
+    raw.data.flags.writeable = False  # as a received message's buffer may be
+    np.testing.assert_array_equal(decoded := msgs.decode_image(raw, False, 8), rgb)
+    assert decoded.flags.writeable  # its own memory: torch takes it without a warning, the message can go
     bgr = msgs.image_msg(rgb[..., ::-1], 1.5, "cam")
     bgr.encoding = "bgr8"
     np.testing.assert_array_equal(msgs.decode_image(bgr, False, 8), rgb)
