@@ -104,7 +104,7 @@ class GraphedUpdate:
             for group in opt.param_groups:
                 group["capturable"] = True
         self._side = torch.cuda.Stream(device=algo.log_alpha.device)
-        self._key: tuple = ()
+        self._key: tuple[int, Batch] | None = None
         self._eager_left = self.WARMUP
         self._graph: torch.cuda.CUDAGraph | None = None
         self._inputs: list[Batch] = []
@@ -141,10 +141,9 @@ def _tensors_map(x, fn, other=None):  # noqa: ANN001, ANN202
                     for f in fields(x)})  # fmt: skip
 
 
-def _structure(batches: list[Batch]) -> tuple:
-    out: list = []
-    _tensors_map(batches[0], lambda t: out.append((tuple(t.shape), t.dtype)))
-    return (len(batches), tuple(out), tuple(sorted(batches[0].extras)))
+def _structure(batches: list[Batch]) -> tuple[int, Batch]:
+    """What a capture is bound to: the number of batches and each tensor's shape and dtype, by field and key."""
+    return len(batches), _tensors_map(batches[0], lambda t: (t.shape, t.dtype))
 
 
 class BackgroundUpdates:

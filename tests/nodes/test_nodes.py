@@ -69,8 +69,8 @@ def test_learner_and_actor_processes_train_over_ros2(tmp_path: Path, domain: int
     assert actor_id.startswith("actor0-") and st["lost"] == 0 and st["transitions"] >= 300
 
 
-# Enough steps after the kill (at the first checkpoint) for the restarted actor to start and be heard while the
-# survivor trains on: 1200 lost that race once on a loaded box (the learner finished before the restart spoke).
+# The survivor is paused from the kill until the restart has carried training two checkpoints on, so the restart
+# is heard whatever the load (a 2000-step race against the survivor was lost twice on a loaded box).
 STEPS_KILLED = 1000
 
 
