@@ -7,7 +7,8 @@ and everything else through `RobotEnv` as on an arm, from cameras + proprio (no 
    rate on held-out episodes, threshold picked on validation episodes for a low false-positive rate;
 3. training: `robot-rl train robot=sim` with the simulated operator intervening through the device interface and
    the reward from the classifier only (its keys, pressed from the sim's success topic, count only with
-   `intervention.success_from_sim=true`, off by default); success is judged by the sim
+   `intervention.success_from_sim=true`, off by default), the operator's verdicts on the frames the classifier
+   paid for refitting it (`reward.refit_every`, `REFIT`); success is judged by the sim
    robot's success topic at evaluation only. Baseline in the same run: the untrained policy, evaluated at env step 0
    on the final evaluation's episodes (`loop.eval_at_start`, as tests/real/test_robot_loop.py does).
 
@@ -43,6 +44,9 @@ from common import cli
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
 HZ = 10.0
+# The operator judges each frame the classifier pays for; every 25 verdicts the classifier is refitted for 100 steps
+# (`loop.classifier.Refits`): without it a PegInsert policy learned to hover where the classifier paid (#29).
+REFIT = (25, 100)
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
             cli("train", f"resume={run}", budget, *extra)
             return
         cli("train", *robot_args(domain, seed), f"run_dir={run}", f"demos.path={store}", "reward.source=classifier",
-            f"reward.classifier_path={clf}", "intervention.device=simulated",
+            f"reward.classifier_path={clf}", f"reward.refit_every={REFIT[0]}", f"reward.refit_steps={REFIT[1]}",
+            "intervention.device=simulated",
             "intervention.trigger=no_progress", "intervention.patience=5", "loop.eval_at_start=true", budget,
             *extra)  # fmt: skip
 
@@ -254,7 +259,9 @@ def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]
          "success": base["success_rate"] if base else None, "episodes": base["episodes"] if base else 0,
          **forces(base)},
         *({"bench": f"{tag}: eval at {e['env_steps'] / HZ / 60.0:.1f} robot min ({e['env_steps']} steps)",
-           "success": e["success_rate"], "intervention_rate": e.get("intervention_rate"), **forces(e)}
+           "success": e["success_rate"], "intervention_rate": e.get("intervention_rate"), **forces(e),
+           "classifier_paid_judged": e.get("classifier_paid_judged"),
+           "classifier_false_positives": e.get("classifier_false_positives")}
           for e in evals),
         {"bench": f"{tag}: " + ("finished" if done else "budget spent, resumable"),
          "final_success": summary.get("final_success_rate"), "env_steps": evals[-1]["env_steps"] if evals else 0,
@@ -262,7 +269,8 @@ def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]
          "robot_min_eval": evals[-1].get("robot_minutes_eval") if evals else None,
          f"goal_{task.goal}_within_{task.goal_minutes:.0f}_robot_min": reached is not None
          and reached <= task.goal_minutes, "reached_at_robot_min": reached,
-         "intervention_rate": summary.get("intervention_rate"), "eval_episodes_held_on_force": over},
+         "intervention_rate": summary.get("intervention_rate"), "eval_episodes_held_on_force": over,
+         "classifier_refits": summary.get("classifier_refits")},
     ]  # fmt: skip
     return rows, curve
 

@@ -128,10 +128,15 @@ def cmd_train(overrides: list[str]) -> int:
 
 
 def node_config(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` for the ROS 2 nodes, whose actors step one env each (`distributed.n_actors` of them)."""
+    """`cfg` for the ROS 2 nodes, whose actors step one env each (`distributed.n_actors` of them) and refit no
+    classifier."""
     if cfg.loop.num_envs > 1:
         raise ConfigError(f"bad configuration: loop.num_envs={cfg.loop.num_envs} batches envs in `robot-rl train`; "
                           "actor nodes step one env each: set distributed.n_actors instead")  # fmt: skip
+    if cfg.reward.refit_every:  # a person's verdicts stay in the actor's process, the classifier to refit too
+        raise ConfigError("bad configuration: reward.refit_every refits the classifier in one process (`robot-rl "
+                          "train`); the actor and learner nodes do not pass verdicts or classifiers yet: set "
+                          "reward.refit_every=0")  # fmt: skip
     return cfg
 
 

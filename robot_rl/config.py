@@ -54,6 +54,10 @@ class RewardConfig:
     threshold: Optional[float] = None  # noqa: UP045 (OmegaConf reads the annotation)
     classifier_steps: int = 1500  # training steps when the classifier is trained at start-up
     keys: bool = True  # the intervention device's success / failure keys override the reward (a person's verdict)
+    # A robot run's person judges each frame the classifier pays for; every this many verdicts the classifier is
+    # refitted on them and its training store (`loop.classifier.Refits`); 0: never.
+    refit_every: int = 0
+    refit_steps: int = 200  # gradient steps of a refit, from the current weights
 
 
 @dataclass
@@ -187,6 +191,8 @@ MINIMUM = {
     "loop.log_every": 1,
     "loop.num_envs": 1,
     "demos.n_episodes": 0,
+    "reward.refit_every": 0,
+    "reward.refit_steps": 1,
     "distributed.n_actors": 1,
     "sac.batch_size": 1,
     "sac.utd": 1,
@@ -240,6 +246,10 @@ def _algo_problem(cfg: TrainConfig) -> str:
                 f"starts algo=sac runs only (got algo={cfg.algo})"))  # fmt: skip
     if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
         return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
+    if cfg.reward.refit_every and (cfg.robot is None or cfg.reward.source != "classifier"
+                                   or not (cfg.intervention.enabled and cfg.intervention.device)):  # fmt: skip
+        return ("reward.refit_every refits a robot run's classifier on a person's verdicts: it needs robot=<name>, "
+                "reward.source=classifier and an intervention.device")  # fmt: skip
     if cfg.intervention.success_from_sim and cfg.intervention.device != "simulated":
         return ("intervention.success_from_sim lets the simulated operator's keys reward: it needs "
                 "intervention.device=simulated (a person's keys count with reward.keys)")  # fmt: skip

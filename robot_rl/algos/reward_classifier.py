@@ -77,17 +77,27 @@ def record_classifier_data(env: gym.Env, act, episodes: int, seed: int = 0) -> C
 
 
 def train_reward_classifier(
-    clf: RewardClassifier, data: ClassifierData, steps: int, batch_size: int = 256, lr: float = 1e-3, seed: int = 0
+    clf: RewardClassifier,
+    data: ClassifierData,
+    steps: int,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    seed: int = 0,
+    weights: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Class-balanced BCE (successes are the minority); returns final train loss and accuracy."""
+    """Class-balanced BCE (successes are the minority); returns final train loss and accuracy. `weights` (N,):
+    how often a frame is drawn relative to the others of its class (default: all alike)."""
     rng = np.random.default_rng(seed)
     pos, neg = np.flatnonzero(data.labels > 0.5), np.flatnonzero(data.labels <= 0.5)
     if len(pos) == 0 or len(neg) == 0:
         raise ValueError(f"classifier data needs both classes: {len(pos)} success and {len(neg)} other frames")
+    w = np.ones(len(data.labels)) if weights is None else np.asarray(weights, np.float64)
+    p_pos, p_neg = w[pos] / w[pos].sum(), w[neg] / w[neg].sum()
     opt = torch.optim.Adam(clf.parameters(), lr=lr)
     clf.train()
     for _ in range(steps):
-        idx = np.concatenate([rng.choice(pos, batch_size // 2), rng.choice(neg, batch_size - batch_size // 2)])
+        idx = np.concatenate([rng.choice(pos, batch_size // 2, p=p_pos),
+                              rng.choice(neg, batch_size - batch_size // 2, p=p_neg)])  # fmt: skip
         obs = {k: torch.from_numpy(v[idx]) for k, v in data.obs.items()}
         y = torch.from_numpy(data.labels[idx])
         loss = F.binary_cross_entropy_with_logits(clf(obs, augment=True), y)
@@ -208,7 +218,7 @@ class ClassifierReward(gym.Wrapper):
             return obs, float(reward), True, False, info
         p = self.clf.success_prob(obs)
         detected = p > self.threshold
-        info["classifier_prob"] = p
+        info["classifier_prob"], info["classifier_success"] = p, detected
         if not getattr(self.env.unwrapped, "judges_success", True):
             info["success"] = detected
         out_of_time = truncated or self._t >= self.env.unwrapped.max_episode_steps

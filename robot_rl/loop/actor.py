@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -70,7 +71,9 @@ class Actor:
         seed: int = 0,
         retry_s: float = 1.0,
     ) -> None:
-        """`retry_s`: pause between reset attempts while the env refuses to start an episode (e-stop pressed)."""
+        """`retry_s`: pause between reset attempts while the env refuses to start an episode (e-stop pressed).
+        `judged`: set to a deque to collect (frame, the person's verdict) for each frame a success classifier paid
+        for, where the intervener can `judge` (a person at a device): `loop.classifier.Refits` learns from them."""
         self.env = env
         self.policy = policy
         self.intervener = intervener
@@ -83,6 +86,7 @@ class Actor:
         self._ep_len = 0
         self._ep_interventions = 0
         self._ep_return = 0.0
+        self.judged: deque[tuple[NpObs, bool]] | None = None
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         self.policy.load_state_dict(state_dict)
@@ -143,6 +147,8 @@ class Actor:
             reward, terminated, truncated = 1.0, True, False
         elif verdict == "failure":
             reward, terminated, truncated = 0.0, False, True
+        if info.get("classifier_success") and self.judged is not None and hasattr(self.intervener, "judge"):
+            self.judged.append((next_obs, self.intervener.judge(self.env)))
         self._ep_len += 1
         self._ep_interventions += int(intervened)
         self._ep_return += float(reward)

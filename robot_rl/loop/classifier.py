@@ -14,18 +14,23 @@ which neither training nor the threshold saw.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from robot_rl.algos.reward_classifier import (
     ClassifierData,
+    ClassifierReward,
     RewardClassifier,
+    classifier_meta,
     classifier_metrics,
     load_classifier,
     pick_threshold,
@@ -233,3 +238,91 @@ def _train_on_scripted_frames(cfg: TrainConfig, layout: ObsLayout) -> tuple[Rewa
     metrics = classifier_metrics(clf, val_set)
     print(f"reward classifier on held-out frames: {metrics}")
     return clf, metrics
+
+
+class Refits:
+    """HIL-SERL's answer to a classifier a policy has learnt to fool: the person's verdicts on the frames the
+    classifier paid for (`Actor.judged`) become labelled frames, and every `reward.refit_every` new ones the
+    classifier is fine-tuned for `reward.refit_steps` on them and the frames it was trained on (the store its
+    `classifier train` report names), the verdicts drawn as often as those within each class, so a few dozen false
+    positives weigh as much as the store's negatives. The refitted copy replaces the classifier in the reward
+    wrappers that `serve` named, an attribute swap, safe against an actor stepping in its own thread (real time); the
+    threshold stays. Verdicts and refitted weights are saved in the run dir,
+    which a resume loads. Transitions already rewarded stay as they were until the replay buffer drops them."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, clf: RewardClassifier) -> None:
+        self.clf, self.every, self.steps, self.seed = clf, cfg.reward.refit_every, cfg.reward.refit_steps, cfg.seed
+        self.path, self.frames_path = run_dir / "reward_classifier.safetensors", run_dir / "classifier_verdicts.npz"
+        self.meta = classifier_meta(self.path)
+        store = (self.meta.get("report") or {}).get("store")
+        if not store or not Path(store).exists():
+            raise UserError(f"reward.refit_every refits the classifier on the frames it was trained on: "
+                            f"{store or 'its file names no store'} {'is gone' if store else ''} (train it with "
+                            "`robot-rl classifier train STORE`, keep the store where it was)")  # fmt: skip
+        episodes, layout = load_frames(Path(store), self.meta["cameras"])
+        if layout["state_layout"] != self.meta["state_layout"]:
+            raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads "
+                            f"{self.meta['state_layout']}")  # fmt: skip
+        self.store = join(episodes)
+        self.judged: deque[tuple[dict[str, np.ndarray], bool]] = deque()  # the actor's (`Actor.judged`)
+        self.verdicts: list[tuple[dict[str, np.ndarray], bool]] = []
+        self.refits = self.meta.get("refits", 0)
+        if cfg.resume and self.frames_path.exists():
+            with np.load(self.frames_path) as f:
+                labels = f["label"]
+                self.verdicts = [({k[4:]: f[k][i] for k in f.files if k.startswith("obs.")}, bool(y))
+                                 for i, y in enumerate(labels)]  # fmt: skip
+        self._at_refit = len(self.verdicts)
+        self._wrappers: list[ClassifierReward] = []
+
+    def serve(self, wrapper: gym.Env) -> None:
+        """Hand refitted classifiers to this reward wrapper (the actor's env; a robot's evaluation env without a
+        success topic)."""
+        if isinstance(wrapper, ClassifierReward):
+            self._wrappers.append(wrapper)
+
+    def _take(self) -> None:
+        """What the actor has judged so far (it may append meanwhile, from its thread: popleft is thread-safe)."""
+        while self.judged:
+            obs, said = self.judged.popleft()
+            self.verdicts.append(({k: obs[k] for k in self.store.obs}, said))
+
+    @property
+    def due(self) -> bool:
+        return len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
+
+    def counts(self) -> dict[str, int]:
+        """For the evaluation log: frames the classifier paid for that the person called no success, in all."""
+        self._take()
+        said = [y for _, y in self.verdicts]
+        return {"classifier_paid_judged": len(said), "classifier_false_positives": said.count(False),
+                "classifier_refits": self.refits}  # fmt: skip
+
+    def refit(self) -> dict[str, float | None]:
+        """Fine-tunes a copy on the store's frames and the verdicts, loads it into the live classifier, saves both;
+        returns the refitted classifier's rates on the verdicts (training frames: a check it took them in)."""
+        self._take()
+        mine = ClassifierData({k: np.stack([o[k] for o, _ in self.verdicts]) for k in self.store.obs},
+                              np.array([y for _, y in self.verdicts], np.float32))  # fmt: skip
+        data = join([self.store, mine])
+        weights = np.concatenate([np.ones(len(self.store.labels)), self._verdict_weights(mine.labels)])
+        fresh = copy.deepcopy(self.clf)
+        train_reward_classifier(fresh, data, self.steps, seed=self.seed + self.refits, weights=weights)
+        self.clf = fresh.eval()
+        for w in self._wrappers:
+            w.clf = fresh
+        self.refits += 1
+        self._at_refit = len(self.verdicts)
+        save_classifier(self.clf, self.path, {**self.meta, "refits": self.refits})
+        np.savez(self.frames_path, label=mine.labels, **{f"obs.{k}": v for k, v in mine.obs.items()})
+        return classifier_metrics(self.clf, mine)
+
+    def _verdict_weights(self, labels: np.ndarray) -> np.ndarray:
+        """Per verdict, its weight such that a class's verdicts weigh as much as the store's frames of that class."""
+        store = self.store.labels > 0.5
+        w = np.ones(len(labels))
+        for cls in (True, False):
+            mine = (labels > 0.5) == cls
+            if mine.any():
+                w[mine] = (store == cls).sum() / mine.sum()
+        return w

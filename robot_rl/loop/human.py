@@ -24,21 +24,36 @@ class DeviceIntervener:
     """A teleop device in the training loop: while its intervene toggle is on, its command is the action.
 
     `keys`: its success / failure keys are the person's verdict on the step (`verdict`), read by the actor after
-    the step: success ends the episode with reward 1, failure ends it (truncated) with reward 0."""
+    the step: success ends the episode with reward 1, failure ends it (truncated) with reward 0. Counted or not, the
+    keys also set what the person says of the scene (`label`, as `collect --label-frames` records it: on from the
+    success key, off from the failure key), which `judge` reports for the frames a success classifier pays for."""
 
     def __init__(self, device: TeleopDevice, keys: bool = True) -> None:
         self.device, self.keys = device, keys
         self.verdict: str | None = None
+        self.label = False
 
     def reset(self) -> None:
         self.device.reset()
         self.verdict = None
+        self.label = False
+
+    def _read_label(self, events: frozenset[str]) -> None:
+        if {"success", "failure"} & events:
+            self.label = "success" in events
+
+    def judge(self, env: gym.Env) -> bool:
+        """Whether the person says the task is done in the scene as it is now: one more look at the device (a
+        classifier ended the episode, so there is no next step to read the keys at)."""
+        self._read_label(self.device.poll(env).events)
+        return self.label
 
     def set_progress(self, env_steps: int) -> None:
         """A person keeps their own sense of how training goes (the simulated operator counts its own steps)."""
 
     def __call__(self, env: gym.Env, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
         cmd = self.device.poll(env)
+        self._read_label(cmd.events)
         said = [e for e in ("success", "failure") if e in cmd.events] if self.keys else []
         self.verdict = said[0] if said else None
         if cmd.intervene:

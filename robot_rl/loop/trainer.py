@@ -33,7 +33,7 @@ from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
 from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.checks import pick_state, state_fields
-from robot_rl.loop.classifier import run_classifier
+from robot_rl.loop.classifier import Refits, run_classifier
 from robot_rl.loop.human import make_human
 from robot_rl.loop.learner import BackgroundUpdates, Learner
 from robot_rl.loop.realtime import learn_in_real_time
@@ -70,9 +70,12 @@ class TrainingRun:
         self.classifier = None
         if cfg.reward.source == "classifier":
             self.classifier = run_classifier(cfg, self.run_dir, self.layouts["env"])
+        self.refits = Refits(cfg, self.run_dir, self.classifier) if cfg.reward.refit_every else None
         if cfg.robot is not None and self.eval_env is not None and not cfg.robot.success_topic:
             # No success topic: the classifier that rewards training judges the evaluations (`check_config`).
             self.eval_env = ClassifierReward(self.eval_env, self.classifier)
+        if self.refits is not None:
+            self.refits.serve(self.eval_env)
         demo_buf = self._demo_buffer()
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1, device=self.device)
         self.algo = self._make_algo(demo_buf, online_buf)
@@ -261,17 +264,35 @@ class TrainingRun:
                                  eval=f"{self.last_eval:.2f}", upd=self.learner.updates, refresh=False)  # fmt: skip
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
+        if self.refit_due:
+            self._refit()
         if loop.eval_every and step % loop.eval_every == 0:
             steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
             self._counts = (stats.steps, stats.intervened_steps)
             res = self.evaluate(loop.eval_episodes, loop.eval_robot_minutes,
-                                intervention_rate=intervened / steps if steps else 0.0)  # fmt: skip
+                                intervention_rate=intervened / steps if steps else 0.0,
+                                **(self.refits.counts() if self.refits is not None else {}))  # fmt: skip
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
                 self.done = True
         self._check_budget()
+
+    @property
+    def refit_due(self) -> bool:
+        """The person has judged `reward.refit_every` more frames the classifier paid for (`Refits`)."""
+        return self.refits is not None and self.refits.due
+
+    def _refit(self) -> None:
+        t = time.perf_counter()
+        rates = self.refits.refit()
+        counts = self.refits.counts()
+        for k, v in counts.items():
+            self.writer.add_scalar(f"classifier/{k}", v, self.learner.env_steps)
+        self.bar.write(f"classifier refitted on {counts['classifier_paid_judged']} judged frames "
+                       f"({counts['classifier_false_positives']} false positives) in {time.perf_counter() - t:.0f} s: "
+                       f"now on them {rates}")  # fmt: skip
 
     def finish(self, stats: EpisodeStats, interrupted: bool = False, **extra: object) -> Path:
         """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path.
@@ -309,6 +330,7 @@ class TrainingRun:
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
             "reward_source": reward_source(cfg),
             **({"success_judge": success_judge(cfg), **self._robot_minutes()} if cfg.robot is not None else {}),
+            **(self.refits.counts() if self.refits is not None else {}),
             "obs_layout": {
                 "state": self.layouts["env"].to_dict()["state"],
                 "cameras": list(self.layouts["policy"].cameras),
@@ -416,7 +438,11 @@ def _make_actor(
         env = make_train_env(cfg, cfg.seed, run.classifier)
     else:  # the evaluations judge success by the robot's success topic, the actor's reward may be the classifier's
         env = robot_env if run.classifier is None else ClassifierReward(robot_env, run.classifier, cfg.reward.threshold)
-    return Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+    actor = Actor(env, copy.deepcopy(run.algo.policy).cpu(), human, cfg.seed)
+    if run.refits is not None:
+        actor.judged = run.refits.judged
+        run.refits.serve(env)
+    return actor
 
 
 def _transitions(actor: Actor | VecActor) -> list[tuple[str, Transition]]:

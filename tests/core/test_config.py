@@ -63,6 +63,18 @@ def test_num_envs_needs_the_batched_maniskill_actor() -> None:
         load_config(["loop.num_envs=0"])
 
 
+def test_classifier_refits_need_a_robot_run_with_a_person_and_one_process(capsys) -> None:
+    with pytest.raises(ConfigError, match="it needs robot=<name>, reward.source=classifier and an intervention.device"):
+        load_config(["reward.source=classifier", "reward.refit_every=20"])
+    with pytest.raises(ConfigError, match="reward.refit_steps=0: must be >= 1"):
+        load_config(["reward.refit_steps=0"])
+    robot = ["robot=sim", "obs=pixels", "reward.source=classifier", "reward.classifier_path=c.safetensors",
+             "intervention.device=simulated", "reward.refit_every=20"]  # fmt: skip
+    assert load_config(robot).reward.refit_every == 20
+    assert main(["launch", *robot]) == 2
+    assert "the actor and learner nodes do not pass verdicts" in capsys.readouterr().err
+
+
 def test_nodes_refuse_batched_envs(capsys) -> None:
     ok = ["sim=maniskill", "task=PickCube-v1", "loop.num_envs=2", "intervention.enabled=false"]
     assert main(["launch", *ok]) == 2

@@ -1,0 +1,100 @@
+"""A person's verdicts on what the classifier paid for refit it (`loop.classifier.Refits`, HIL-SERL's practice for
+false positives): a classifier trained on a store whose failures are all far from the goal pays for hovering just
+above it, as the PegInsert robot run's did (#29); judged "no" by the person, those frames stop paying, the store's
+successes keep paying, and a resumed run keeps the verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robot_rl.algos.reward_classifier import ClassifierReward, load_classifier, success_probs
+from robot_rl.config import TrainConfig
+from robot_rl.demos.store import EpisodeStore
+from robot_rl.envs import make_env
+from robot_rl.loop.classifier import Refits, train_classifier
+from robot_rl.sim.config import EnvConfig
+
+INSERTED, HOVER = (0.060, 0.070), (0.088, 0.094)  # TCP heights: the store has no frame at hovering height
+
+
+def _frames(rng: np.random.Generator, z: tuple[float, float], n: int) -> np.ndarray:
+    tcp = np.column_stack([rng.uniform(0.5, 0.6, n), rng.uniform(-0.05, 0.05, n), rng.uniform(*z, n)])
+    return tcp.astype(np.float32)
+
+
+def _store(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    with EpisodeStore(path, "w") as st:
+        for _ in range(8):
+            state = np.concatenate([_frames(rng, (0.13, 0.2), 20), _frames(rng, INSERTED, 5)])
+            label = np.arange(25) >= 20
+            st.add_episode({"state": state, "label": label}, {"state_layout": {"tcp_pos": [0, 3]}, "cameras": []})
+    return path
+
+
+def _cfg(run_dir: Path, resume: bool = False) -> TrainConfig:
+    cfg = TrainConfig()
+    reward = dataclasses.replace(cfg.reward, source="classifier", refit_every=20, refit_steps=300)
+    return dataclasses.replace(cfg, reward=reward, run_dir=str(run_dir), resume=str(run_dir) if resume else "")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("refits")
+    clf = tmp / "clf.safetensors"
+    train_classifier(_store(tmp / "labels"), clf, steps=300, max_fpr=0.0)
+    return clf
+
+
+def _probs(clf, z: tuple[float, float], seed: int) -> np.ndarray:
+    return success_probs(clf, {"state": _frames(np.random.default_rng(seed), z, 50)})
+
+
+def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    live, _ = load_classifier(trained)
+    (run_dir / "reward_classifier.safetensors").write_bytes(trained.read_bytes())  # as `run_classifier` copies it
+    thr = float(live.threshold)
+    paid_before = (_probs(live, HOVER, 1) > thr).mean()
+    assert paid_before > 0.5, paid_before  # the failure the person sees: hovering is paid for
+
+    refits = Refits(_cfg(run_dir), run_dir, live)
+    wrapper = ClassifierReward(make_env(EnvConfig(), seed=0), live)
+    refits.serve(wrapper)
+    judged: deque = refits.judged
+    for s in _frames(np.random.default_rng(2), HOVER, 19):
+        judged.append(({"state": s, "front": np.zeros(1)}, False))  # the actor's frame: more keys than the store's
+    assert not refits.due
+    judged.append(({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True))
+    assert refits.due
+
+    rates = refits.refit()
+    assert wrapper.clf is refits.clf is not live and float(refits.clf.threshold) == thr
+    assert rates["false_positive_rate"] == 0.0 and rates["recall"] == 1.0, rates
+    paid_after = (_probs(refits.clf, HOVER, 4) > thr).mean()  # hovering frames it was not refitted on
+    assert paid_after < 0.1 < paid_before, (paid_after, paid_before)
+    assert (_probs(refits.clf, INSERTED, 5) > thr).mean() > 0.9
+    assert refits.counts() == {"classifier_paid_judged": 20, "classifier_false_positives": 19, "classifier_refits": 1}
+    assert not refits.due
+
+    saved, meta = load_classifier(run_dir / "reward_classifier.safetensors")
+    assert meta["refits"] == 1 and (_probs(saved, HOVER, 4) > thr).mean() == paid_after
+    again = Refits(_cfg(run_dir, resume=True), run_dir, saved)
+    assert again.counts() == refits.counts()
+
+
+def test_a_classifier_without_its_store_cannot_be_refitted(trained: Path, tmp_path: Path) -> None:
+    from robot_rl.algos.reward_classifier import classifier_meta, save_classifier
+    from robot_rl.errors import UserError
+
+    clf, meta = load_classifier(trained)
+    save_classifier(clf, tmp_path / "reward_classifier.safetensors", {**meta, "report": {}})
+    with pytest.raises(UserError, match="refits the classifier on the frames it was trained on"):
+        Refits(_cfg(tmp_path), tmp_path, clf)
+    assert "report" in classifier_meta(trained)
