@@ -58,6 +58,7 @@ class RewardConfig:
     # refitted on them and its training store (`loop.classifier.Refits`); 0: never.
     refit_every: int = 0
     refit_steps: int = 200  # gradient steps of a refit, from the current weights
+    verdict_s: float = 1.5  # how long a person has to press the success key when the classifier pays (else: no)
 
 
 @dataclass
@@ -193,6 +194,7 @@ MINIMUM = {
     "demos.n_episodes": 0,
     "reward.refit_every": 0,
     "reward.refit_steps": 1,
+    "reward.verdict_s": 0,
     "distributed.n_actors": 1,
     "sac.batch_size": 1,
     "sac.utd": 1,

@@ -7,6 +7,7 @@ verdict on the step (`verdict`: their success / failure key), which the actor ap
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -28,8 +29,9 @@ class DeviceIntervener:
     keys also set what the person says of the scene (`label`, as `collect --label-frames` records it: on from the
     success key, off from the failure key), which `judge` reports for the frames a success classifier pays for."""
 
-    def __init__(self, device: TeleopDevice, keys: bool = True) -> None:
-        self.device, self.keys = device, keys
+    def __init__(self, device: TeleopDevice, keys: bool = True, verdict_s: float = 0.0) -> None:
+        """`verdict_s`: how long `judge` waits for the success key (a person's reaction; 0: one look)."""
+        self.device, self.keys, self.verdict_s = device, keys, verdict_s
         self.verdict: str | None = None
         self.label = False
 
@@ -43,10 +45,15 @@ class DeviceIntervener:
             self.label = "success" in events
 
     def judge(self, env: gym.Env) -> bool:
-        """Whether the person says the task is done in the scene as it is now: one more look at the device (a
-        classifier ended the episode, so there is no next step to read the keys at)."""
-        self._read_label(self.device.poll(env).events)
-        return self.label
+        """Whether the person says the task is done in the scene as it is now (a classifier ended the episode, so
+        there is no next step to read the keys at): the label their keys set, or the success key pressed within
+        `verdict_s`; no key in that time is a no."""
+        end = time.monotonic() + self.verdict_s
+        while True:
+            self._read_label(self.device.poll(env).events)
+            if self.label or time.monotonic() >= end:
+                return self.label
+            time.sleep(0.02)
 
     def set_progress(self, env_steps: int) -> None:
         """A person keeps their own sense of how training goes (the simulated operator counts its own steps)."""
@@ -82,4 +89,7 @@ def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator"
             device = make_device(c.device, seed)
         except ValueError as e:
             raise UserError(f"intervention.device={c.device}: {e}") from None
-    return DeviceIntervener(device, keys=cfg.keys_count)
+    # The simulated operator sees the scene at once; a person gets `reward.verdict_s` to press the success key.
+    return DeviceIntervener(
+        device, keys=cfg.keys_count, verdict_s=0.0 if c.device == "simulated" else cfg.reward.verdict_s
+    )

@@ -98,3 +98,39 @@ def test_a_classifier_without_its_store_cannot_be_refitted(trained: Path, tmp_pa
     with pytest.raises(UserError, match="refits the classifier on the frames it was trained on"):
         Refits(_cfg(tmp_path), tmp_path, clf)
     assert "report" in classifier_meta(trained)
+
+
+class _Person:
+    """A teleop device whose success key goes down at the `press_at`-th poll (None: never)."""
+
+    name, source = "fake", "teleop"
+
+    def __init__(self, press_at: int | None) -> None:
+        self.press_at, self.polls = press_at, 0
+
+    def reset(self) -> None:
+        self.polls = 0
+
+    def poll(self, env):
+        from robot_rl.demos.teleop import DeviceCommand
+
+        self.polls += 1
+        return DeviceCommand(events=frozenset({"success"}) if self.polls == self.press_at else frozenset())
+
+    def close(self) -> None: ...
+
+
+def test_a_person_gets_verdict_s_to_say_yes_and_silence_is_a_no() -> None:
+    import time
+
+    from robot_rl.loop.human import DeviceIntervener
+
+    slow = DeviceIntervener(_Person(press_at=5), verdict_s=2.0)
+    assert slow.judge(None) and slow.device.polls == 5  # pressed after four looks (~0.1 s): yes, no more waiting
+    t = time.monotonic()
+    silent = DeviceIntervener(_Person(press_at=None), verdict_s=0.2)
+    assert not silent.judge(None) and 0.2 <= time.monotonic() - t < 1.0
+    at_once = DeviceIntervener(_Person(press_at=2), verdict_s=0.0)  # the simulated operator: one look
+    assert not at_once.judge(None) and at_once.device.polls == 1
+    at_once.reset()
+    assert not at_once.label
