@@ -245,7 +245,11 @@ def maniskill_run(s: Sizes, run_dir: Path) -> dict:
 def run(out: Path, tiny: bool, only: list[str] | None = None) -> dict:
     s = Sizes(tiny)
     result: dict = {"tiny": tiny, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:  # the runs' folders: 1.7 GB, gone at the end
+        return _run_sections(s, result, out, Path(tmp), only)
+
+
+def _run_sections(s: Sizes, result: dict, out: Path, work: Path, only: list[str] | None) -> dict:
     sections: dict[str, Callable[[], dict]] = {
         "env": lambda: env_section(s),
         "learner": lambda: learner_section(s),

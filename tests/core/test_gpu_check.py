@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_gpu_check_runs_every_section_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "TMPDIR": str(tmp_path)}
     p = subprocess.run(["bash", "bench/gpu_check.sh", "--tiny", "--out", str(out)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
+    assert not list(tmp_path.glob("gpu_check_*"))  # its runs' folders (1.7 GB at full size) are removed
     r = json.loads(out.read_text())
     for section in ("env", "learner", "vla", "maniskill", "main_job", "pixel_job"):
         assert "error" not in r[section], r[section]
