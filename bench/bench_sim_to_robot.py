@@ -44,6 +44,9 @@ TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the r
 # picked 0.024 and 0.015 from 12 demos, a reward any off-demo frame could earn. It is not enough: at 0.5 the
 # classifier still paid the policies at steps 0-1 of most episodes (docs/benchmarks.md, "Sim to robot").
 THRESHOLD_FLOOR = 0.5
+# What fixed it on PegInsert (#29): the operator judges each frame the classifier pays for, and every 25 verdicts the
+# classifier is refitted for 100 steps on them and its store (`reward.refit_every`, as bench_robot_loop.py).
+REFIT = (25, 100)
 
 
 class Cell:
@@ -95,7 +98,8 @@ def robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, 
     with Cell() as cell:
         cli("train", *robot_args(cell.domain, quick), f"run_dir={run}", f"seed={seed}", f"loop.env_steps={steps}",
             f"demos.path={store}", "reward.source=classifier", f"reward.classifier_path={clf}",
-            f"reward.threshold={threshold}", "intervention.device=simulated", "intervention.trigger=no_progress",
+            f"reward.threshold={threshold}", f"reward.refit_every={REFIT[0]}", f"reward.refit_steps={REFIT[1]}",
+            "intervention.device=simulated", "intervention.trigger=no_progress",
             "intervention.patience=5",
             "loop.eval_at_start=true", f"loop.stop_at_success={GOAL}", *every,
             *([f"init_from={ckpt}"] if ckpt else []), *extra)  # fmt: skip
