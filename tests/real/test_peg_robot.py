@@ -61,7 +61,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory):
         run("train", "robot=sim", "task=peg_insert", "robot.lockstep=true", f"robot.domain_id={domain}", "obs=pixels",
             f"env.cameras=[{CAMERAS}]", *(f"robot.{kv}" for kv in CELL), "sac.trunk_pretrain_steps=250", "threads=1",
             "loop.buffer_capacity=4000", f"demos.path={out.store}", "reward.source=classifier",
-            f"reward.classifier_path={clf}", "reward.refit_every=10", "reward.refit_steps=50",
+            f"reward.classifier_path={clf}", "reward.refit_every=10", "reward.refit_steps=20",
             "intervention.device=simulated", "intervention.trigger=no_progress",
             "intervention.patience=5", f"loop.env_steps={STEPS}", f"loop.eval_every={STEPS}",
             f"loop.eval_episodes={EPISODES}", "loop.eval_at_start=true", f"loop.final_eval_episodes={EPISODES}",
