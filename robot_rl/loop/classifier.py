@@ -247,8 +247,8 @@ class Refits:
     `classifier train` report names), the verdicts drawn as often as those within each class, so a few dozen false
     positives weigh as much as the store's negatives. The refitted copy replaces the classifier in the reward
     wrappers that `serve` named, an attribute swap, safe against an actor stepping in its own thread (real time); the
-    threshold stays. Verdicts and refitted weights are saved in the run dir,
-    which a resume loads. Transitions already rewarded stay as they were until the replay buffer drops them."""
+    threshold stays. Verdicts and refitted weights are saved in the run dir, which a resume loads. Transitions
+    already rewarded stay as they were until the replay buffer drops them."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, clf: RewardClassifier) -> None:
         self.clf, self.every, self.steps, self.seed = clf, cfg.reward.refit_every, cfg.reward.refit_steps, cfg.seed
@@ -256,9 +256,9 @@ class Refits:
         self.meta = classifier_meta(self.path)
         store = (self.meta.get("report") or {}).get("store")
         if not store or not Path(store).exists():
-            raise UserError(f"reward.refit_every refits the classifier on the frames it was trained on: "
-                            f"{store or 'its file names no store'} {'is gone' if store else ''} (train it with "
-                            "`robot-rl classifier train STORE`, keep the store where it was)")  # fmt: skip
+            where = f"{store} is gone" if store else "its file names no store"
+            raise UserError(f"reward.refit_every refits the classifier on the frames it was trained on: {where} "
+                            "(train it with `robot-rl classifier train STORE`, keep the store there)")  # fmt: skip
         episodes, layout = load_frames(Path(store), self.meta["cameras"])
         if layout["state_layout"] != self.meta["state_layout"]:
             raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads "
@@ -292,14 +292,14 @@ class Refits:
         return len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
 
     def counts(self) -> dict[str, int]:
-        """For the evaluation log: frames the classifier paid for that the person called no success, in all."""
+        """For the evaluation log, so far: frames judged, those the person called no success, refits."""
         self._take()
         said = [y for _, y in self.verdicts]
         return {"classifier_paid_judged": len(said), "classifier_false_positives": said.count(False),
                 "classifier_refits": self.refits}  # fmt: skip
 
     def refit(self) -> dict[str, float | None]:
-        """Fine-tunes a copy on the store's frames and the verdicts, loads it into the live classifier, saves both;
+        """Fine-tunes a copy on the store's frames and the verdicts, swaps it in, saves it and the verdicts;
         returns the refitted classifier's rates on the verdicts (training frames: a check it took them in)."""
         self._take()
         mine = ClassifierData({k: np.stack([o[k] for o, _ in self.verdicts]) for k in self.store.obs},
