@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench_robot_loop import REFIT  # the robot loop's refits: what fixed a fooled classifier on PegInsert (#29)
 from common import cli
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -44,9 +45,6 @@ TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the r
 # picked 0.024 and 0.015 from 12 demos, a reward any off-demo frame could earn. It is not enough: at 0.5 the
 # classifier still paid the policies at steps 0-1 of most episodes (docs/benchmarks.md, "Sim to robot").
 THRESHOLD_FLOOR = 0.5
-# What fixed it on PegInsert (#29): the operator judges each frame the classifier pays for, and every 25 verdicts the
-# classifier is refitted for 100 steps on them and its store (`reward.refit_every`, as bench_robot_loop.py).
-REFIT = (25, 100)
 
 
 class Cell:

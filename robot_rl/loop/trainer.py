@@ -264,14 +264,14 @@ class TrainingRun:
                                  eval=f"{self.last_eval:.2f}", upd=self.learner.updates, refresh=False)  # fmt: skip
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
-        if self.refit_due:
+        if self.refits is not None and self.refits.due:
             self._refit()
         if loop.eval_every and step % loop.eval_every == 0:
             steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
             self._counts = (stats.steps, stats.intervened_steps)
             res = self.evaluate(loop.eval_episodes, loop.eval_robot_minutes,
                                 intervention_rate=intervened / steps if steps else 0.0,
-                                **(self.refits.counts() if self.refits is not None else {}))  # fmt: skip
+                                **self._refit_counts())  # fmt: skip
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
             if self.last_eval >= loop.stop_at_success:
@@ -279,10 +279,9 @@ class TrainingRun:
                 self.done = True
         self._check_budget()
 
-    @property
-    def refit_due(self) -> bool:
-        """The person has judged `reward.refit_every` more frames the classifier paid for (`Refits`)."""
-        return self.refits is not None and self.refits.due
+    def _refit_counts(self) -> dict[str, int]:
+        """What the evaluation log and the summary say of the refits (`Refits.counts`); nothing without them."""
+        return self.refits.counts() if self.refits is not None else {}
 
     def _refit(self) -> None:
         t = time.perf_counter()
@@ -330,7 +329,7 @@ class TrainingRun:
             "env": type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv",
             "reward_source": reward_source(cfg),
             **({"success_judge": success_judge(cfg), **self._robot_minutes()} if cfg.robot is not None else {}),
-            **(self.refits.counts() if self.refits is not None else {}),
+            **self._refit_counts(),
             "obs_layout": {
                 "state": self.layouts["env"].to_dict()["state"],
                 "cameras": list(self.layouts["policy"].cameras),
