@@ -185,6 +185,9 @@ def check_robot_config(cfg: RobotConfig) -> None:
     s = cfg.safety
     if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
         raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")
+    for z in s.slow_zones:
+        if not (all(a < b for a, b in zip(z.lo, z.hi, strict=True)) and z.max_velocity > 0):
+            raise ValueError(f"safety.slow_zones: each needs lo < hi on every axis and max_velocity > 0, got {z}")
 
 
 def proprio_layout(cfg: RobotConfig) -> dict[str, slice]:

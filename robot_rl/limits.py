@@ -27,6 +27,17 @@ class KeepOutBox:
 
 
 @dataclass
+class SlowZone:
+    """An axis-aligned box (metres, robot base frame) where the TCP moves at most `max_velocity`: the approach to a
+    fixture, as a cell's reduced-speed zone. Momentum is what a force limit cannot stop (a peg landing on its block at
+    0.25 m/s trips 50 N), so a cell slows near contact and keeps its speed in free motion."""
+
+    lo: Vec3 = (0.0, 0.0, 0.0)
+    hi: Vec3 = (0.0, 0.0, 0.0)
+    max_velocity: float = 0.1
+
+
+@dataclass
 class SafetyConfig:
     workspace_lo: Vec3 = (0.3, -0.25, 0.01)
     workspace_hi: Vec3 = (0.7, 0.25, 0.3)
@@ -34,6 +45,7 @@ class SafetyConfig:
     workspace_tolerance: float = 0.01
     keep_out: list[KeepOutBox] = field(default_factory=list)
     keep_out_clearance: float = 0.002  # stop this far (along the motion) before a keep-out box
+    slow_zones: list[SlowZone] = field(default_factory=list)
     max_translation_step: float = 0.05  # metres per control step (norm)
     max_rotation_step: float = 0.1  # radians per control step
     max_velocity: float = 0.5  # m/s of the commanded TCP motion
@@ -90,6 +102,7 @@ class Limiter:
         self.cfg, self.dt = cfg, dt
         self.lo, self.hi = np.asarray(cfg.workspace_lo, float), np.asarray(cfg.workspace_hi, float)
         self.boxes = [(np.asarray(b.lo, float), np.asarray(b.hi, float)) for b in cfg.keep_out]
+        self.zones = [(np.asarray(z.lo, float), np.asarray(z.hi, float), z.max_velocity * dt) for z in cfg.slow_zones]
         self.step_limit = min(cfg.max_translation_step, cfg.max_velocity * dt)
         self.prev_vel = np.zeros(3)
         self.prev_gripper: float | None = None
@@ -104,8 +117,8 @@ class Limiter:
     ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
         """(step, orientation, reasons): the step from the measured `pos` towards `target_pos` and the orientation
         from the measured `quat` towards `target_quat` (unit, w x y z) that may be commanded, and which limits cut.
-        Hard limits (workspace, keep-out) come after the acceleration clamp and win over it, as on a real arm.
-        What it returns passes it again uncut from the same state wherever the arm may stop within one step
+        Hard limits (workspace, keep-out, slow zones) come after the acceleration clamp and win over it, as on a real
+        arm. What it returns passes it again uncut from the same state wherever the arm may stop within one step
         (`max_acceleration` * dt >= the step's speed limit), so a sim command is one the arm's filter leaves alone."""
         reasons: list[str] = []
         dt, limit = self.dt, self.step_limit
@@ -124,6 +137,9 @@ class Limiter:
             stop = _brake(clipped - pos, prev, radius) if inside else clip_norm(clipped - pos, limit)
             delta = _cut(reasons, "workspace", delta, stop)
         delta = self._keep_out(pos, delta, reasons)
+        # Last, as shortening a step along itself keeps it inside the box and out of keep-out boxes.
+        if (allowed := self._zone_limit(pos, delta)) < float(np.linalg.norm(delta)):
+            delta = _cut(reasons, "slow_zone", delta, _brake(clip_norm(delta, allowed), prev, radius))
         angle = quat_angle(quat, target_quat)
         if angle > self.cfg.max_rotation_step:
             target_quat = slerp(quat, target_quat, self.cfg.max_rotation_step / angle)
@@ -131,6 +147,14 @@ class Limiter:
                 reasons.append("rotation_limit")
         self.prev_vel = delta / dt
         return delta, target_quat, tuple(reasons)
+
+    def _zone_limit(self, pos: np.ndarray, delta: np.ndarray) -> float:
+        """The longest step along `delta` the slow zones allow: full speed up to a zone's face, its speed inside."""
+        allowed, norm = math.inf, float(np.linalg.norm(delta))
+        for lo, hi, step in self.zones:
+            if (t := segment_box_entry(pos, delta, lo, hi)) is not None:
+                allowed = min(allowed, max(t * norm, step))
+        return allowed
 
     def _keep_out(self, pos: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:
         """Stop `keep_out_clearance` (along the motion) before the first keep-out box the step would enter."""

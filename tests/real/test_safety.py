@@ -6,10 +6,12 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from robot_rl.limits import REPORT_TOL, KeepOutBox, Limiter, SafetyConfig, quat_angle
+from robot_rl.limits import REPORT_TOL, KeepOutBox, Limiter, SafetyConfig, SlowZone, quat_angle, segment_box_entry
+from robot_rl.real.config import load_robot_config
 from robot_rl.real.safety import RobotState, SafetyFilter, quat_normalize
 
 DT = 0.1
@@ -17,6 +19,7 @@ CFG = SafetyConfig(
     workspace_lo=(0.3, -0.25, 0.01),
     workspace_hi=(0.7, 0.25, 0.3),
     keep_out=[KeepOutBox(lo=(0.55, 0.05, 0.0), hi=(0.65, 0.15, 0.2))],
+    slow_zones=[SlowZone(lo=(0.3, -0.25, 0.0), hi=(0.5, 0.25, 0.08), max_velocity=0.1)],
     max_translation_step=0.05,
     max_rotation_step=0.1,
     max_velocity=0.4,
@@ -30,6 +33,7 @@ CFG = SafetyConfig(
 EPS = 1e-9
 LO, HI = np.array(CFG.workspace_lo), np.array(CFG.workspace_hi)
 BOX_LO, BOX_HI = np.array(CFG.keep_out[0].lo), np.array(CFG.keep_out[0].hi)
+ZONE = CFG.slow_zones[0]
 
 any_float = st.floats(allow_nan=True, allow_infinity=True)
 coord = st.one_of(st.floats(-1.0, 1.0), any_float)
@@ -76,10 +80,14 @@ def check(cmd, state: RobotState, f: SafetyFilter, prev_vel: np.ndarray, prev_gr
     for t in np.linspace(0, 1, 21):
         p = tcp + t * (cmd.target_pos - tcp)
         assert not ((p > BOX_LO + EPS).all() and (p < BOX_HI - EPS).all())
+    step = cmd.target_pos - tcp
+    if not {"workspace", "keep_out"} & set(cmd.reasons):  # in the slow zone at its speed, up to its face at any
+        t = segment_box_entry(tcp, step, np.array(ZONE.lo), np.array(ZONE.hi))
+        assert t is None or t >= 1 - 1e-9 or np.linalg.norm(step) <= ZONE.max_velocity * DT + EPS
     measured = quat_normalize(state.tcp_quat)
     assert quat_angle(measured, cmd.target_quat) <= CFG.max_rotation_step + 1e-6
     assert now - state.stamp <= CFG.state_timeout_s  # a pose is only ever commanded from fresh state
-    if not cmd.hold and not {"workspace", "keep_out"} & set(cmd.reasons):
+    if not cmd.hold and not {"workspace", "keep_out", "slow_zone"} & set(cmd.reasons):
         accel = np.linalg.norm(cmd.linear_vel - prev_vel) / DT
         assert accel <= CFG.max_acceleration + 1e-6
 
@@ -195,3 +203,23 @@ def test_keep_out_box_stops_before_entering() -> None:
     f = SafetyFilter(CFG, DT)
     cmd = f.filter(np.array([0.6, 0.1, 0.15]), down, 1.0, good_state(pos=(0.6, 0.02, 0.15)), 0.0)
     assert "keep_out" in cmd.reasons and cmd.target_pos[1] < BOX_LO[1]
+
+
+def test_slow_zone_full_speed_to_its_face_then_its_speed() -> None:
+    f = SafetyFilter(CFG, DT)
+    above = f.filter(np.array([0.45, 0.0, 0.0]), down, 1.0, good_state(pos=(0.45, 0.0, 0.1)), 0.0)
+    assert "slow_zone" in above.reasons and above.target_pos[2] == pytest.approx(ZONE.hi[2])  # 2 cm at 0.2 m/s
+    f.reset()
+    inside = f.filter(np.array([0.45, 0.0, 0.0]), down, 1.0, good_state(pos=(0.45, 0.0, 0.06)), 0.0)
+    assert inside.target_pos[2] == pytest.approx(0.06 - ZONE.max_velocity * DT)
+    f.reset()
+    beside = f.filter(np.array([0.59, -0.1, 0.06]), down, 1.0, good_state(pos=(0.56, -0.1, 0.06)), 0.0)
+    assert "slow_zone" not in beside.reasons and beside.target_pos[0] == pytest.approx(0.59)
+
+
+def test_slow_zones_load_from_a_robot_config_and_bad_ones_are_refused() -> None:
+    zone = "safety.slow_zones=[{lo: [0.4, -0.15, 0.0], hi: [0.66, 0.15, 0.125], max_velocity: 0.1}]"
+    cfg = load_robot_config("sim", [zone])
+    assert cfg.safety.slow_zones[0].hi[2] == 0.125 and cfg.safety.slow_zones[0].max_velocity == 0.1
+    with pytest.raises(ValueError, match="slow_zones"):
+        load_robot_config("sim", [zone.replace("0.125", "-0.1")])
