@@ -129,11 +129,13 @@ def to_markdown(rows: list[dict]) -> str:
 
 def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
          preset: str = "visual", minutes: float = 0.0, threads: int = 0,
-         out: Path | None = None) -> list[dict]:  # fmt: skip
-    """The expert rows and one column per checkpoint; without checkpoints (and not `quick`), `seeds` runs trained
-    with `preset` first."""
+         out: Path | None = None, expert: bool = True) -> list[dict]:  # fmt: skip
+    """The expert rows (unless not `expert`) and one column per checkpoint; without checkpoints (and not `quick`),
+    `seeds` runs trained with `preset` first."""
     episodes = episodes or (2 if quick else 40)
-    rows = measure("expert", None, episodes) + measure("expert, stale view", None, episodes, stale_view=True)
+    rows = []
+    if expert:
+        rows = measure("expert", None, episodes) + measure("expert, stale view", None, episodes, stale_view=True)
     with tempfile.TemporaryDirectory(prefix="visual_transfer_") as tmp:
         runs = list(checkpoints)
         if not runs and not quick:

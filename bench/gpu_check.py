@@ -11,6 +11,10 @@ fails records its error and the rest go on):
              at 2 minutes
   vla        one pi0 LoRA step under bf16 autocast: every base matmul's dtype checked
   maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them (`loop.num_envs`)
+Only when named (`--only visual_job`, ~8 minutes):
+  visual_job two camera policies trained side by side under `randomization=visual` for `VISUAL_MINUTES` each, then
+             the held-out visual suite on both (bench/bench_visual_transfer.py, 20 episodes a cell): what longer
+             training under the preset buys (issue #27); the suite's table lands beside the JSON
 `--tiny` runs the same code on a CPU at toy sizes (what the test suite runs).
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +44,8 @@ GOALS = {
 
 
 SECTIONS = ("env", "learner", "vla", "maniskill", "main_job", "pixel_job")
+ON_REQUEST = ("visual_job",)
+VISUAL_MINUTES = 4.5
 
 
 class Sizes:
@@ -168,6 +175,30 @@ def pixel_job_section(s: Sizes, run_dir: Path) -> dict:
     return train_summary(overrides)
 
 
+def visual_job_section(s: Sizes, work: Path, out: Path) -> dict:
+    from bench_visual_transfer import main as visual_suite
+
+    overrides = ["task=pick_cube", "obs=pixels", "env.for_robot=sim", "randomization=visual",
+                 "loop.stop_at_success=1.1", "loop.checkpoint_every=0", "loop.final_eval_episodes=20"]  # fmt: skip
+    if s.tiny:
+        overrides += ["profile=cpu", "device=cpu", "threads=1", "loop.env_steps=60", "loop.eval_every=0",
+                      "env.image_size=32", "sac.trunk_pretrain_steps=10", "demos.n_episodes=2"]  # fmt: skip
+    else:
+        overrides += ["profile=gpu", "device=cuda", f"loop.max_minutes={VISUAL_MINUTES}"]
+    runs = [work / f"s{seed}" for seed in (0, 1)]
+    work.mkdir(parents=True, exist_ok=True)  # their cwd: from the repo root `robot_rl/` would shadow the installed one
+    procs = [subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *overrides, f"seed={seed}",
+                               f"run_dir={run}"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) for seed, run in enumerate(runs)]  # fmt: skip
+    for proc in procs:
+        if proc.wait() != 0:
+            raise RuntimeError(f"training failed: {proc.stderr.read()[-1500:]}")
+    keys = ("final_success_rate", "final_success_rate_randomized", "wall_clock_s", "env_steps", "critic_updates")
+    summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+    rows = visual_suite(episodes=1 if s.tiny else 20, checkpoints=tuple(runs), out=out, expert=False)
+    return {"overrides": overrides, "runs": [{k: x.get(k) for k in keys} for x in summaries], "suite": rows}
+
+
 def train_summary(overrides: list[str]) -> dict:
     from robot_rl.config import load_config
     from robot_rl.loop.trainer import train
@@ -257,9 +288,10 @@ def _run_sections(s: Sizes, result: dict, out: Path, work: Path, only: list[str]
         "maniskill": lambda: maniskill_section(s, work / "maniskill"),
         "main_job": lambda: main_job_section(s, work / "main_job"),
         "pixel_job": lambda: pixel_job_section(s, work / "pixel_job"),
+        "visual_job": lambda: visual_job_section(s, work / "visual_job", out.parent),
     }
     for name, fn in sections.items():
-        if only and name not in only:
+        if (only and name not in only) or (not only and name in ON_REQUEST):
             continue
         t = time.perf_counter()
         try:
@@ -298,7 +330,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU: checks the script, measures nothing")
     p.add_argument("--out", type=Path, default=HERE / "results" / "gpu_check.json")
-    p.add_argument("--only", nargs="+", choices=SECTIONS, help="run these sections alone")
+    p.add_argument("--only", nargs="+", choices=SECTIONS + ON_REQUEST, help="run these sections alone")
     args = p.parse_args()
     if not args.tiny and not torch.cuda.is_available():
         print(f"gpu_check: no usable GPU (torch {torch.__version__}, CUDA {torch.version.cuda}); --tiny runs on CPU",
