@@ -119,8 +119,9 @@ def test_touches_under_the_limit_cost_the_squared_force() -> None:
 
 @pytest.mark.parametrize(("speed", "trips"), [(0.25, True), (0.1, False)])
 def test_a_peg_landing_beside_the_hole_trips_the_limit_at_full_speed_not_at_a_tenth(speed: float, trips: bool) -> None:
-    """Why the PegInsert robot cell caps the TCP speed (`safety.max_velocity=0.1`, bench_robot_loop.py): the policy's
-    held episodes began in free motion (0.5 N, the peg's weight) at ~0.1-0.2 m/s down; this impact is the same."""
+    """Why the PegInsert robot cell slows the TCP near the block (`safety.slow_zones`, bench_robot_loop.py): the
+    policy's held episodes began in free motion (0.5 N, the peg's weight) at ~0.1-0.2 m/s down; this impact is the
+    same."""
     env = make_env(EnvConfig(task="PegInsert"), seed=0)
     env.reset(seed=0)
     u, peak, held = env.unwrapped, 0.0, False
