@@ -12,8 +12,9 @@ fails records its error and the rest go on):
   vla        one pi0 LoRA step under bf16 autocast: every base matmul's dtype checked
   maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them (`loop.num_envs`)
 Only when named (`--only visual_job`, ~8 minutes):
-  visual_job two camera policies trained side by side under `randomization=visual` for `VISUAL_MINUTES` each, then
-             the held-out visual suite on both (bench/bench_visual_transfer.py, 20 episodes a cell): what longer
+  visual_job two camera policies trained side by side under `randomization=visual` (`--visual-set` overrides it)
+             for `--visual-minutes` each (default 4.5), then the held-out visual suite on both
+             (bench/bench_visual_transfer.py, 20 episodes a cell): what longer
              training under the preset buys (issue #27); the suite's table lands beside the JSON
 `--tiny` runs the same code on a CPU at toy sizes (what the test suite runs).
 """
@@ -45,7 +46,6 @@ GOALS = {
 
 SECTIONS = ("env", "learner", "vla", "maniskill", "main_job", "pixel_job")
 ON_REQUEST = ("visual_job",)
-VISUAL_MINUTES = 4.5
 
 
 class Sizes:
@@ -175,7 +175,7 @@ def pixel_job_section(s: Sizes, run_dir: Path) -> dict:
     return train_summary(overrides)
 
 
-def visual_job_section(s: Sizes, work: Path, out: Path) -> dict:
+def visual_job_section(s: Sizes, work: Path, out: Path, minutes: float, extra: list[str]) -> dict:
     from bench_visual_transfer import main as visual_suite
 
     overrides = ["task=pick_cube", "obs=pixels", "env.for_robot=sim", "randomization=visual",
@@ -184,7 +184,8 @@ def visual_job_section(s: Sizes, work: Path, out: Path) -> dict:
         overrides += ["profile=cpu", "device=cpu", "threads=1", "loop.env_steps=60", "loop.eval_every=0",
                       "env.image_size=32", "sac.trunk_pretrain_steps=10", "demos.n_episodes=2"]  # fmt: skip
     else:
-        overrides += ["profile=gpu", "device=cuda", f"loop.max_minutes={VISUAL_MINUTES}"]
+        overrides += ["profile=gpu", "device=cuda", f"loop.max_minutes={minutes}"]
+    overrides += extra
     runs = [work / f"s{seed}" for seed in (0, 1)]
     work.mkdir(parents=True, exist_ok=True)  # their cwd: from the repo root `robot_rl/` would shadow the installed one
     procs = [subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *overrides, f"seed={seed}",
@@ -273,14 +274,15 @@ def maniskill_run(s: Sizes, run_dir: Path) -> dict:
     return {k: summary[k] for k in keys} | {"env_steps_per_s": summary["env_steps"] / summary["wall_clock_s"]}
 
 
-def run(out: Path, tiny: bool, only: list[str] | None = None) -> dict:
+def run(out: Path, tiny: bool, only: list[str] | None = None, visual: tuple[float, list[str]] = (4.5, [])) -> dict:
     s = Sizes(tiny)
     result: dict = {"tiny": tiny, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:  # the runs' folders: 1.7 GB, gone at the end
-        return _run_sections(s, result, out, Path(tmp), only)
+        return _run_sections(s, result, out, Path(tmp), only, visual)
 
 
-def _run_sections(s: Sizes, result: dict, out: Path, work: Path, only: list[str] | None) -> dict:
+def _run_sections(s: Sizes, result: dict, out: Path, work: Path, only: list[str] | None,
+                  visual: tuple[float, list[str]]) -> dict:  # fmt: skip
     sections: dict[str, Callable[[], dict]] = {
         "env": lambda: env_section(s),
         "learner": lambda: learner_section(s),
@@ -288,7 +290,7 @@ def _run_sections(s: Sizes, result: dict, out: Path, work: Path, only: list[str]
         "maniskill": lambda: maniskill_section(s, work / "maniskill"),
         "main_job": lambda: main_job_section(s, work / "main_job"),
         "pixel_job": lambda: pixel_job_section(s, work / "pixel_job"),
-        "visual_job": lambda: visual_job_section(s, work / "visual_job", out.parent),
+        "visual_job": lambda: visual_job_section(s, work / "visual_job", out.parent, *visual),
     }
     for name, fn in sections.items():
         if (only and name not in only) or (not only and name in ON_REQUEST):
@@ -331,13 +333,15 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU: checks the script, measures nothing")
     p.add_argument("--out", type=Path, default=HERE / "results" / "gpu_check.json")
     p.add_argument("--only", nargs="+", choices=SECTIONS + ON_REQUEST, help="run these sections alone")
+    p.add_argument("--visual-minutes", type=float, default=4.5, help="visual_job: each run's wall clock")
+    p.add_argument("--visual-set", nargs="*", default=[], help="visual_job: train overrides, e.g. a wider preset")
     args = p.parse_args()
     if not args.tiny and not torch.cuda.is_available():
         print(f"gpu_check: no usable GPU (torch {torch.__version__}, CUDA {torch.version.cuda}); --tiny runs on CPU",
               file=sys.stderr)  # fmt: skip
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    r = run(args.out, args.tiny, args.only)
+    r = run(args.out, args.tiny, args.only, (args.visual_minutes, args.visual_set))
     failed = [k for k, v in r.items() if isinstance(v, dict) and "error" in v]
     print(json.dumps(r["goals"], indent=1))
     print(f"wrote {args.out}" + (f"; sections with errors: {', '.join(failed)}" if failed else ""))
