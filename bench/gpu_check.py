@@ -13,7 +13,7 @@ fails records its error and the rest go on):
   maniskill  PickCube-v1 with 256 GPU envs: env steps/s, and a short training run fed by them (`loop.num_envs`)
 Only when named (`--only visual_job`, ~8 minutes):
   visual_job two camera policies trained side by side under `randomization=visual` (`--visual-set` overrides it)
-             for `--visual-minutes` each (default 4.5), then the held-out visual suite on both
+             for `--visual-minutes` each (`VISUAL_MINUTES`), then the held-out visual suite on both
              (bench/bench_visual_transfer.py, 20 episodes a cell): what longer
              training under the preset buys (issue #27); the suite's table lands beside the JSON
 `--tiny` runs the same code on a CPU at toy sizes (what the test suite runs).
@@ -46,6 +46,7 @@ GOALS = {
 
 SECTIONS = ("env", "learner", "vla", "maniskill", "main_job", "pixel_job")
 ON_REQUEST = ("visual_job",)
+VISUAL_MINUTES = 4.5  # each visual_job run's wall clock unless --visual-minutes
 
 
 class Sizes:
@@ -187,13 +188,16 @@ def visual_job_section(s: Sizes, work: Path, out: Path, minutes: float, extra: l
         overrides += ["profile=gpu", "device=cuda", f"loop.max_minutes={minutes}"]
     overrides += extra
     runs = [work / f"s{seed}" for seed in (0, 1)]
+    logs = [work / f"train_s{seed}.log" for seed in (0, 1)]  # a file, not a pipe: its progress bar would fill one
     work.mkdir(parents=True, exist_ok=True)  # their cwd: from the repo root `robot_rl/` would shadow the installed one
-    procs = [subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *overrides, f"seed={seed}",
-                               f"run_dir={run}"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True) for seed, run in enumerate(runs)]  # fmt: skip
-    for proc in procs:
+    procs = []
+    for seed, (run, log) in enumerate(zip(runs, logs, strict=True)):
+        cmd = [sys.executable, "-m", "robot_rl.cli", "train", *overrides, f"seed={seed}", f"run_dir={run}"]
+        with log.open("w") as f:
+            procs.append(subprocess.Popen(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT))
+    for proc, log in zip(procs, logs, strict=True):
         if proc.wait() != 0:
-            raise RuntimeError(f"training failed: {proc.stderr.read()[-1500:]}")
+            raise RuntimeError(f"training failed: {log.read_text()[-1500:]}")
     keys = ("final_success_rate", "final_success_rate_randomized", "wall_clock_s", "env_steps", "critic_updates")
     summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
     rows = visual_suite(episodes=1 if s.tiny else 20, checkpoints=tuple(runs), out=out, expert=False)
@@ -274,7 +278,9 @@ def maniskill_run(s: Sizes, run_dir: Path) -> dict:
     return {k: summary[k] for k in keys} | {"env_steps_per_s": summary["env_steps"] / summary["wall_clock_s"]}
 
 
-def run(out: Path, tiny: bool, only: list[str] | None = None, visual: tuple[float, list[str]] = (4.5, [])) -> dict:
+def run(
+    out: Path, tiny: bool, only: list[str] | None = None, visual: tuple[float, list[str]] = (VISUAL_MINUTES, [])
+) -> dict:
     s = Sizes(tiny)
     result: dict = {"tiny": tiny, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:  # the runs' folders: 1.7 GB, gone at the end
@@ -333,7 +339,7 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU: checks the script, measures nothing")
     p.add_argument("--out", type=Path, default=HERE / "results" / "gpu_check.json")
     p.add_argument("--only", nargs="+", choices=SECTIONS + ON_REQUEST, help="run these sections alone")
-    p.add_argument("--visual-minutes", type=float, default=4.5, help="visual_job: each run's wall clock")
+    p.add_argument("--visual-minutes", type=float, default=VISUAL_MINUTES, help="visual_job: each run's wall clock")
     p.add_argument("--visual-set", nargs="*", default=[], help="visual_job: train overrides, e.g. a wider preset")
     args = p.parse_args()
     if not args.tiny and not torch.cuda.is_available():
