@@ -181,6 +181,7 @@ class TrainingRun:
         self.eval_log = EvalLog(self.run_dir, self.state.updates if resumed else None)
         self.last_eval = float("nan")
         self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
+        self._evaluated_at: int | None = None  # the learner's updates at the last evaluation
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
@@ -229,6 +230,7 @@ class TrainingRun:
         if self.cfg.robot is not None:
             self.state.eval_robot_s += scenes[""].mean_length * scenes[""].episodes / self.layouts["env"].control_hz
             results |= self._robot_minutes()
+        self._evaluated_at = learner.updates
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
                            "wall_clock_s": round(self.wall_clock_s, 1), **results, **extra})  # fmt: skip
         for scene, r in scenes.items():
@@ -266,7 +268,7 @@ class TrainingRun:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
         if self.refits is not None and self.refits.due:
             self._refit()
-        if loop.eval_every and step % loop.eval_every == 0:
+        if loop.eval_every and step % loop.eval_every == 0 and self._policy_changed(step):
             steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
             self._counts = (stats.steps, stats.intervened_steps)
             res = self.evaluate(loop.eval_episodes, loop.eval_robot_minutes,
@@ -278,6 +280,14 @@ class TrainingRun:
                 self.bar.write(f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}: stopping")
                 self.done = True
         self._check_budget()
+
+    def _policy_changed(self, step: int) -> bool:
+        """Whether the learner has updated since the last evaluation: re-measuring the same weights on the same
+        episode seeds repeats the result and, on a robot, spends arm time on it (a warm-up before `learning_starts`)."""
+        if self.learner.updates != self._evaluated_at:
+            return True
+        self.bar.write(f"evaluation at step {step} skipped: no update since the last one")
+        return False
 
     def _refit_counts(self) -> dict[str, int]:
         """What the evaluation log and the summary say of the refits (`Refits.counts`); nothing without them."""

@@ -197,3 +197,15 @@ def test_overlapped_updates_run_in_a_thread_beside_the_actor(tmp_path: Path, mon
     assert any(a < d and c < b for a, b in spans["update"] for c, d in steps)  # an update and an env step at once
     counters = json.loads((tmp_path / "checkpoints" / "step_00000100" / "counters.json").read_text())
     assert counters["env_steps"] == 100 and counters["updates"] == 99  # saved between steps: one update to come
+
+
+def test_no_evaluation_while_the_policy_has_not_changed(tmp_path: Path) -> None:
+    """Before `learning_starts` the weights stay as they were: evaluations that would re-measure them are skipped
+    (on a robot they would spend arm time on a known result), and the first after the updates start runs."""
+    from robot_rl.loop.trainer import train
+
+    train(load_config([f"run_dir={tmp_path}", "loop.env_steps=80", "loop.learning_starts=60", "loop.eval_every=20",
+                       "loop.eval_at_start=true", "loop.eval_episodes=1", "loop.final_eval_episodes=1",
+                       "demos.n_episodes=2", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
+    evals = [json.loads(line) for line in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    assert [(e["env_steps"], e["updates"]) for e in evals][:2] == [(0, 0), (80, 20)]
