@@ -77,12 +77,17 @@ class HumanConfig(InterventionConfig):
 @dataclass
 class LoopConfig:
     env_steps: int = 8000  # online env-step budget
-    learning_starts: int = 0  # with demos in the mix, learning can start at once (RLPD)
+    # With demos in the mix, learning can start at once (RLPD). From a sim checkpoint on a robot (`init_from`), a
+    # warm-up lets its policy fill the buffer on the arm before the critic and actor move (WSRL; #28's bench).
+    learning_starts: int = 0
+    # Updates after `learning_starts` that train the critic alone, the actor and temperature held: a critic from
+    # another place (a sim checkpoint on the arm) fits the arm's data before its gradient moves the actor.
+    critic_warmup: int = 0
     sync_every: int = 1  # env steps between weight pushes from learner to actor
     # The learner's updates in a thread, overlapping the actor's next env step (one update more policy lag; not
     # bit-reproducible: two threads share torch's RNG). profile=gpu turns it on: the GPU computes while the sim steps.
     overlap: bool = False
-    eval_every: int = 1000  # env steps between evaluations
+    eval_every: int = 1000  # env steps between evaluations (skipped when nothing was updated since the last one)
     # evaluate the untrained policy at env step 0 on the final evaluation's episodes: the baseline, in the same run
     eval_at_start: bool = False
     eval_episodes: int = 20
@@ -180,6 +185,7 @@ class TrainConfig:
 MINIMUM = {
     "loop.env_steps": 1,
     "loop.learning_starts": 0,
+    "loop.critic_warmup": 0,
     "loop.sync_every": 1,
     "loop.eval_every": 0,
     "loop.eval_episodes": 1,

@@ -134,22 +134,19 @@ class SAC(nn.Module):
         # No cast cache: a CUDA graph cannot hold one, and each weight is cast once per forward anyway.
         return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled, cache_enabled=False)
 
-    def update(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
-        """One critic step per batch, then one actor and temperature step on the last batch's features.
+    def update(self, batches: list[Batch], actor: bool = True) -> dict[str, torch.Tensor]:
+        """One critic step per batch, then (with `actor`) one actor and temperature step on the last batch's
+        features.
 
         Stats come back as 0-d tensors on the learner's device: reading one waits for the device, and they are
         read every `log_every` env steps, not every update (`read_stats`)."""
         for batch in batches:
             critic_loss, feat, q = self._critic_step(batch)
-        actor_loss, temp_loss, entropy = self._actor_step(feat.detach().float())
-        return {
-            "critic_loss": critic_loss,
-            "q_mean": q.mean(),
-            "actor_loss": actor_loss,
-            "temperature": self.alpha.detach(),
-            "temp_loss": temp_loss,
-            "entropy": entropy,
-        }
+        stats = {"critic_loss": critic_loss, "q_mean": q.mean(), "temperature": self.alpha.detach()}
+        if actor:
+            actor_loss, temp_loss, entropy = self._actor_step(feat.detach().float())
+            stats |= {"actor_loss": actor_loss, "temp_loss": temp_loss, "entropy": entropy}
+        return stats
 
     def _critic_step(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg

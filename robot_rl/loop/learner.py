@@ -23,11 +23,12 @@ class Learner:
         demo: ReplayBuffer,
         online: ReplayBuffer,
         learning_starts: int = 0,
+        critic_warmup: int = 0,
     ) -> None:
         self.algo = algo
         self.demo, self.online = demo, online
         self.sampler = MixedSampler(demo, online, algo.cfg.batch_size, algo.cfg.demo_ratio)
-        self.learning_starts = learning_starts
+        self.learning_starts, self.critic_warmup = learning_starts, critic_warmup
         self.env_steps = 0  # transitions, i.e. agent steps
         self.sim_steps = 0  # env steps behind them: more than env_steps when an agent step is an action chunk
         self.updates = 0  # SAC.update calls; each holds `utd` critic steps
@@ -58,10 +59,13 @@ class Learner:
         return max(0, self.env_steps - self.learning_starts) - self.updates
 
     def update(self) -> None:
-        """`utd` critic steps and one actor step; nothing here waits for the device (batches are sampled on it,
-        stats stay there until `last_stats` reads them)."""
+        """`utd` critic steps and one actor step (none in the first `critic_warmup` updates, run eagerly); nothing
+        here waits for the device (batches are sampled on it, stats stay there until `last_stats` reads them)."""
         batches = [self.sampler.sample() for _ in range(self.algo.cfg.utd)]
-        self._stats = self._graphed(batches) if self._graphed else self.algo.update(batches)
+        if self.updates < self.critic_warmup:
+            self._stats = self.algo.update(batches, actor=False)
+        else:
+            self._stats = self._graphed(batches) if self._graphed else self.algo.update(batches)
         self.updates += 1
 
     @property

@@ -79,7 +79,7 @@ class TrainingRun:
         demo_buf = self._demo_buffer()
         online_buf = ReplayBuffer(cfg.loop.buffer_capacity, seed=cfg.seed + 1, device=self.device)
         self.algo = self._make_algo(demo_buf, online_buf)
-        self.learner = Learner(self.algo, demo_buf, online_buf, cfg.loop.learning_starts)
+        self.learner = Learner(self.algo, demo_buf, online_buf, cfg.loop.learning_starts, cfg.loop.critic_warmup)
         self.eval_policy = copy.deepcopy(self.algo.policy).cpu()
         self.ckpt_root = self.run_dir / "checkpoints"
         resumed = self._resume()

@@ -124,3 +124,23 @@ def test_the_critic_ensemble_stays_bf16_between_its_matmuls_under_cuda_autocast(
     with torch.autocast("cuda", dtype=torch.bfloat16):
         net(torch.randn(16, 8, device="cuda"))
     assert dtypes[:-1] == [torch.bfloat16] * (len(dtypes) - 1)
+
+
+def test_critic_warmup_holds_the_actor_and_temperature() -> None:
+    """`critic_warmup` updates train the critic alone; the next one moves the actor too."""
+    learner = filled_learner()
+    learner.critic_warmup = 2
+    sac = learner.algo
+
+    def snapshot() -> list[torch.Tensor]:
+        return [p.detach().clone() for p in (*sac.policy.head.parameters(), sac.log_alpha, *sac.critic.parameters())]
+
+    before = snapshot()
+    for _ in range(2):
+        learner.update()
+    held = snapshot()
+    n_actor = len(list(sac.policy.head.parameters())) + 1
+    assert all(torch.equal(a, b) for a, b in zip(before[:n_actor], held[:n_actor], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(before[n_actor:], held[n_actor:], strict=True))
+    learner.update()
+    assert not all(torch.equal(a, b) for a, b in zip(held[:n_actor], snapshot()[:n_actor], strict=True))
