@@ -81,7 +81,8 @@ class LoopConfig:
     # warm-up lets its policy fill the buffer on the arm before the critic and actor move (WSRL; #28's bench).
     learning_starts: int = 0
     # Updates after `learning_starts` that train the critic alone, the actor and temperature held: a critic from
-    # another place (a sim checkpoint on the arm) fits the arm's data before its gradient moves the actor.
+    # another place (a sim checkpoint on the arm) fits the arm's data before its gradient moves the actor. Measured
+    # on PickCube from a sim checkpoint: no gain (docs/benchmarks.md, "Sim to robot"), so 0.
     critic_warmup: int = 0
     sync_every: int = 1  # env steps between weight pushes from learner to actor
     # The learner's updates in a thread, overlapping the actor's next env step (one update more policy lag; not
