@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import cli
@@ -98,8 +99,11 @@ def robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, 
               quick: bool, *extra: str) -> dict:  # fmt: skip
     """One real-time training run on the cell, from scratch or from `ckpt`; its summary and robot seconds served
     (kept in the run dir: a finished run is not run again when the bench is)."""
-    if (kept := run / "bench.json").exists():
-        return json.loads(kept.read_text())
+    return kept(run / "bench.json", lambda: _robot_run(run, ckpt, seed, steps, store, clf, threshold, quick, *extra))
+
+
+def _robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, clf: Path, threshold: float,
+               quick: bool, *extra: str) -> dict:  # fmt: skip
     every = ["loop.eval_every=10", "loop.final_eval_episodes=1", "loop.eval_episodes=1"] if quick else [
         f"loop.eval_every={max(steps // 4, 100)}", "loop.eval_episodes=10", "loop.eval_robot_minutes=0.9",
         "loop.final_eval_episodes=20", "loop.final_eval_robot_minutes=0.7"]  # fmt: skip
@@ -113,22 +117,24 @@ def robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, 
             "loop.eval_at_start=true", f"loop.stop_at_success={GOAL}", *every,
             *([f"init_from={ckpt}"] if ckpt else []), *extra)  # fmt: skip
     summary = json.loads((run / "summary.json").read_text())
-    out = {"summary": summary, "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
-    kept.write_text(json.dumps(out))
-    return out
+    return {"summary": summary, "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
 
 
-def zero_shot(ckpt: Path, seed: int, episodes: int, kept: Path) -> dict:
-    """`deploy` of the sim checkpoint on the cell, on the episodes seed `seed`'s training runs evaluate (kept in
-    `kept`, as `robot_run` keeps its runs)."""
-    if kept.exists():
-        return json.loads(kept.read_text())
+def zero_shot(ckpt: Path, seed: int, episodes: int) -> dict:
+    """`deploy` of the sim checkpoint on the cell, on the episodes seed `seed`'s training runs evaluate."""
     t = time.perf_counter()
     with Cell() as cell:
         out = cli("deploy", str(ckpt), "--robot", "sim", "--domain", str(cell.domain), "--episodes", str(episodes),
                   "--seed", str(1_000_000 + 1000 * seed), "--quiet")  # fmt: skip
-    result = {"deploy": json.loads(out), "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
-    kept.write_text(json.dumps(result))
+    return {"deploy": json.loads(out), "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
+
+
+def kept(path: Path, stage: Callable[[], dict]) -> dict:
+    """`stage`'s result, kept at `path`: a rerun of the bench takes it from there instead of running it again."""
+    if path.exists():
+        return json.loads(path.read_text())
+    result = stage()
+    path.write_text(json.dumps(result))
     return result
 
 
@@ -264,7 +270,7 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
     threshold = max(json.loads((work / "classifier.json").read_text())["threshold"], THRESHOLD_FLOOR)
     rows: list[dict] = []
     for seed in range(seeds):
-        z = zero_shot(ckpt, seed, deploy_episodes, work / f"zero_shot_s{seed}.json")
+        z = kept(work / f"zero_shot_s{seed}.json", lambda s=seed: zero_shot(ckpt, s, deploy_episodes))
         d = z["deploy"]
         rows.append({"bench": f"zero-shot s{seed}", "arm": "zero-shot", "seed": seed, "success": d["success_rate"],
                      "episodes": d["episodes"], "aborted": d.get("aborted_episodes"),
