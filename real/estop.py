@@ -15,12 +15,14 @@ from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 
 __all__ = ["main", "publish_estop"]
 _SETTLE_S = 1.0
+_REPEAT_S = 0.1
 
 
 def publish_estop(robot: RobotConfig, pressed: bool, wait_s: float) -> tuple[str, int]:
     """Publishes the e-stop state and keeps the writer alive until a reader matched (up to `wait_s`), then a moment
-    longer: DDS delivers a latched sample only while its writer lives, so a process that exits at once may reach
-    nobody. Returns the topic and how many readers matched."""
+    longer, publishing again: DDS delivers a latched sample only while its writer lives, and a volatile reader that
+    matches after a publish never sees it (a node's live e-stop reader then keeps the old state). Returns the topic
+    and how many readers matched."""
     from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 
     cfg = TransportConfig(backend=robot.backend, domain_id=robot.domain_id, namespace=robot.namespace,
@@ -32,8 +34,10 @@ def publish_estop(robot: RobotConfig, pressed: bool, wait_s: float) -> tuple[str
         deadline = time.monotonic() + wait_s
         while pub.matched() == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        if pub.matched():
-            time.sleep(_SETTLE_S)  # the matched readers take the latched sample; others discovered meanwhile too
+        settle = time.monotonic() + (_SETTLE_S if pub.matched() else 0.0)
+        while time.monotonic() < settle:  # readers matched meanwhile (volatile ones too) get the state
+            time.sleep(_REPEAT_S)
+            pub.publish(msgs.scalar(msgs.BOOL, pressed))
         matched = pub.matched()
     finally:
         tx.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -10,7 +11,10 @@ from plain_ros import PlainNode, msg_type
 from real_util import spawn, stop
 
 from robot_rl.cli import main
-from robot_rl.real import estop
+from robot_rl.real import estop, msgs
+from robot_rl.real.config import load_robot_config
+from robot_rl.real.robot import COMMAND_READER_QOS
+from robot_rl.transport import TransportConfig, make_transport
 
 
 @pytest.mark.ros2
@@ -43,6 +47,30 @@ def test_estop_press_holds_the_sim_robot_and_release_frees_the_next_episode(doma
                 peer.spin_until(lambda u=until: status[-1].data == "ok" or time.monotonic() > u, 5, "a reset answer")
     finally:
         stop(sim)
+
+
+@pytest.mark.ros2
+def test_a_live_reader_that_matches_late_still_gets_the_release(domain: int) -> None:
+    """A node's volatile e-stop reader may match after the first sample (discovery is not ordered); it must still
+    get the state, or it keeps the press it saw before (CI once held a sim robot after a release this way)."""
+    robot = load_robot_config("sim", [f"domain_id={domain}"])
+    done: list[tuple[str, int]] = []
+    releaser = threading.Thread(target=lambda: done.append(estop.publish_estop(robot, False, 20.0)))
+    releaser.start()
+    time.sleep(0.5)  # the first sample is out before this reader exists
+    tx = make_transport(TransportConfig(backend=robot.backend, domain_id=domain, namespace=robot.namespace))
+    try:
+        live = tx.subscription(robot.estop_topic, msgs.BOOL, COMMAND_READER_QOS)
+        got: list = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got += live.take()
+            time.sleep(0.02)
+        releaser.join(timeout=30)
+    finally:
+        tx.close()
+    assert done and done[0][1] >= 1
+    assert got and not got[-1].data, "the late live reader never got the release"
 
 
 @pytest.mark.parametrize(
