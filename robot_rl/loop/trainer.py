@@ -181,7 +181,6 @@ class TrainingRun:
         self.eval_log = EvalLog(self.run_dir, self.state.updates if resumed else None)
         self.last_eval = float("nan")
         self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
-        self._evaluated_at: int | None = None  # the learner's updates at the last evaluation
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
@@ -230,7 +229,6 @@ class TrainingRun:
         if self.cfg.robot is not None:
             self.state.eval_robot_s += scenes[""].mean_length * scenes[""].episodes / self.layouts["env"].control_hz
             results |= self._robot_minutes()
-        self._evaluated_at = learner.updates
         self.eval_log.add({"env_steps": step, "sim_steps": learner.sim_steps, "updates": learner.updates,
                            "wall_clock_s": round(self.wall_clock_s, 1), **results, **extra})  # fmt: skip
         for scene, r in scenes.items():
@@ -284,7 +282,8 @@ class TrainingRun:
     def _policy_changed(self, step: int) -> bool:
         """Whether the learner has updated since the last evaluation: re-measuring the same weights on the same
         episode seeds repeats the result and, on a robot, spends arm time on it (a warm-up before `learning_starts`)."""
-        if self.learner.updates != self._evaluated_at:
+        last = self.eval_log.entries[-1]["updates"] if self.eval_log.entries else None
+        if self.learner.updates != last:
             return True
         self.bar.write(f"evaluation at step {step} skipped: no update since the last one")
         return False
