@@ -217,6 +217,19 @@ def test_slow_zone_full_speed_to_its_face_then_its_speed() -> None:
     assert "slow_zone" not in beside.reasons and beside.target_pos[0] == pytest.approx(0.59)
 
 
+def test_a_slower_zone_inside_a_zone_sets_the_speed_from_its_face() -> None:
+    """The PegInsert cell's nesting: 0.15 m/s near the block, 0.1 m/s in its last centimetre (the landing speed)."""
+    band = [SlowZone(lo=(0.3, -0.25, 0.0), hi=(0.5, 0.25, z), max_velocity=v) for z, v in ((0.125, 0.15), (0.11, 0.1))]
+    f = SafetyFilter(dataclasses.replace(CFG, slow_zones=band), DT)
+    for z, lands in ((0.13, 0.115), (0.115, 0.105), (0.105, 0.095)):
+        f.reset()
+        cmd = f.filter(np.array([0.45, 0.0, 0.0]), down, 1.0, good_state(pos=(0.45, 0.0, z)), 0.0)
+        assert "slow_zone" in cmd.reasons and cmd.target_pos[2] == pytest.approx(lands)
+    f.reset()
+    above = f.filter(np.array([0.3, 0.0, 0.12]), down, 1.0, good_state(pos=(0.45, 0.0, 0.12)), 0.0)
+    assert above.target_pos[0] == pytest.approx(0.45 - 0.015)  # sideways above the band: the outer zone's speed
+
+
 def test_slow_zones_load_from_a_robot_config_and_bad_ones_are_refused() -> None:
     zone = "safety.slow_zones=[{lo: [0.4, -0.15, 0.0], hi: [0.66, 0.15, 0.125], max_velocity: 0.1}]"
     cfg = load_robot_config("sim", [zone])
