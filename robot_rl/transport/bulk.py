@@ -247,6 +247,14 @@ class BulkPublisher(Publisher):
         self._enqueue(view if view.format == "B" else view.cast("B"), stable=isinstance(data, bytes))
 
     def _enqueue(self, frame: memoryview, stable: bool) -> None:
+        if self._sock is not None:
+            # A learner that died since the last frame: the first write into its closed stream would still be taken
+            # locally and lost, so look first (its credits too), and send to a successor that announced meanwhile.
+            try:
+                self._read_credits()
+            except BackpressureTimeout:
+                if self._connect() is None:
+                    raise
         if self._sock is None and self._connect() is None:
             raise BackpressureTimeout(f"{self.topic}: no learner connected")
         if self.in_flight >= self.window:
@@ -313,17 +321,19 @@ class BulkPublisher(Publisher):
             raise self._lost(f"send failed: {e}") from e
 
     def _read_credits(self) -> None:
-        try:
-            data = self._sock.recv(4096)  # type: ignore[union-attr]
-        except BlockingIOError:
-            return
-        except OSError as e:
-            data, why = b"", str(e)
-        else:
-            why = "closed by the learner"
-        if not data:
-            raise self._lost(why)
-        self._acks += data
+        """Every credit the socket holds; a closed stream raises, also when credits came before its end."""
+        while True:
+            try:
+                data = self._sock.recv(4096)  # type: ignore[union-attr]
+            except BlockingIOError:
+                break
+            except OSError as e:
+                data, why = b"", str(e)
+            else:
+                why = "closed by the learner"
+            if not data:
+                raise self._lost(why)
+            self._acks += data
         whole = len(self._acks) // 4 * 4
         self.in_flight -= sum(v for (v,) in _LEN.iter_unpack(self._acks[:whole]))
         self._acks = self._acks[whole:]

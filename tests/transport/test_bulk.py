@@ -85,6 +85,23 @@ def test_actor_follows_a_restarted_learner_to_its_new_endpoint(cfg) -> None:
             assert texts(sub, 1) == ["to the second"]
 
 
+def test_a_frame_after_the_learner_died_goes_to_its_successor(cfg) -> None:
+    """Not into the dead learner's closed stream, which takes one write locally and loses it: a resumed learner
+    waiting for the steps of the weights it re-announced would wait for that frame forever (CI once hung so)."""
+    with make_transport(cfg(backend="inproc", domain_id=908)) as actor:
+        pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
+        with make_transport(cfg(backend="inproc", domain_id=908)) as first:
+            sub = bulk.subscription(first, TOPIC, TYPE)
+            wait_until(lambda: pub.matched() == 1)
+            pub.publish_raw(frame("to the first"))
+            assert texts(sub, 1) == ["to the first"]
+        with make_transport(cfg(backend="inproc", domain_id=908)) as second:
+            sub = bulk.subscription(second, TOPIC, TYPE)
+            time.sleep(0.2)  # the first learner's close has reached the actor's socket
+            pub.publish_raw(frame("to the second"))
+            assert texts(sub, 1) == ["to the second"]
+
+
 def test_endpoint_of_another_task_is_refused(cfg) -> None:
     with (
         make_transport(cfg(backend="inproc", domain_id=904, task="other")) as learner,
