@@ -19,6 +19,9 @@ with its untrained policy evaluated at env step 0; evaluation reports the peak f
 the sim robot held on its force limit (`RobotHold`, safety failures). Goal: >= 0.9 within 20 robot-minutes, no
 evaluation episode over the force limit.
 
+Each finished run's final policy then goes through `robot-rl deploy` on 40 episode seeds no evaluation used
+(`confirm`): a run stops at its first 10-episode evaluation past the goal, which favours a lucky one.
+
 Robot time is env steps / control rate (10 Hz); the sim robot's own count of simulated seconds (all commands:
 demos, probes, evaluations, training) is reported beside it. Every stage is resumable (its outputs stay in
 `bench/results/robot_loop/`; a rerun continues, the training from its last checkpoint, under `--minutes` of wall
@@ -39,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import cli
+from common import cli, wilson
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
@@ -48,6 +51,7 @@ HZ = 10.0
 # (`loop.classifier.Refits`): without it a PegInsert policy learned to hover where the classifier paid (#29).
 # PegInsert refits every 10: its first successes came 1500-3000 env steps earlier than at 25 (docs/benchmarks.md).
 REFIT = (25, 100)
+CONFIRM_EPISODES, CONFIRM_SEED = 40, 1000  # the final policy on episodes no evaluation used (`confirm`)
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
         ]
 
     # The demos in the cell's limits too (`robot.x=y` as `--robot-set x=y`), so their motion is what training steps.
-    cell_sets = [a for kv in task.robot for a in ("--robot-set", kv.removeprefix("robot."))]
+    cell = [kv.removeprefix("robot.") for kv in task.robot]
+    cell_sets = [a for kv in cell for a in ("--robot-set", kv)]
 
     def collect(domain: int) -> None:
         cli("collect", str(store), "--task", task.name, "--backend", "robot", "--robot", "sim", "--domain",
@@ -196,7 +201,19 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
                     raise
                 faults.append(str(e).strip().splitlines()[-1])
                 state_path.write_text(json.dumps(state, indent=1))
+    for seed in seeds:
+        run = run_dir(work, task, seed)
+        if (run / "summary.json").exists() and not (run / "confirm.json").exists():
+            stage("confirm", lambda d, run=run: confirm(run, d, cell, 2 if quick else CONFIRM_EPISODES))
     return state
+
+
+def confirm(run: Path, domain: int, cell: list[str], episodes: int) -> None:
+    """The run's final policy through `robot-rl deploy` on other episode seeds: the goal is read off 10-episode
+    evaluations and a run stops at its first one past the goal, which favours a lucky one."""
+    out = cli("deploy", str(run), "--robot", "sim", "--domain", str(domain), "--episodes", str(episodes), "--seed",
+              str(CONFIRM_SEED), "--quiet", "lockstep=true", *cell)  # fmt: skip
+    (run / "confirm.json").write_text(out)
 
 
 def spent_minutes(run_dir: Path) -> float:
@@ -283,6 +300,12 @@ def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]
          "intervention_rate": summary.get("intervention_rate"), "eval_episodes_held_on_force": over,
          "classifier_refits": summary.get("classifier_refits")},
     ]  # fmt: skip
+    if (run / "confirm.json").exists():
+        c = json.loads((run / "confirm.json").read_text())
+        k = round(c["success_rate"] * c["episodes"])
+        rows.append({"bench": f"{tag}: final policy via deploy, {c['episodes']} other episodes (seeds from "
+                              f"{CONFIRM_SEED})", "success": c["success_rate"], "wilson_95": wilson(k, c["episodes"]),
+                     "safety_failures": c["safety_failure_rate"], "aborted": c["aborted_episodes"]})  # fmt: skip
     return rows, curve
 
 
