@@ -40,9 +40,11 @@ class VisualConfig:
     # green table). `robot_*` paints the arm's lightest material (the Panda's white shell) and jitters the others.
     # The table and the object each take one of three procedural textures (checker, grain, gradient) with
     # `texture_prob`, tinted with the drawn colour. The table plane is the scene's floor and its whole background.
-    # Painting replaces `color_jitter` on the geoms it paints.
+    # Painting replaces `color_jitter` on the geoms it paints. `object_hue` first turns the object's hue by up to
+    # +- that many degrees: a +-0.2 jitter around red teaches "reddish", not "the cube" (a blue cube scored 0/20).
     table_color: float = 0.0
     object_color: float = 0.0
+    object_hue: float = 0.0
     robot_color: float = 0.0
     table_rgb: tuple[float, ...] = ()
     object_rgb: tuple[float, ...] = ()
@@ -80,6 +82,8 @@ class VisualConfig:
         for k, most in (("extra_lights", 2), ("distractors", 3)):
             if not 0 <= getattr(self, k)[0] <= getattr(self, k)[1] <= most:
                 problems.append(f"{k}={list(getattr(self, k))}: the model has {most}")
+        if not 0.0 <= self.object_hue <= 180.0:
+            problems.append(f"object_hue={self.object_hue}: expected degrees in 0 .. 180")
         if not 1 <= self.jpeg_quality[0] <= self.jpeg_quality[1] <= 100:
             problems.append(f"jpeg_quality={list(self.jpeg_quality)}: expected 1 .. 100")
         if problems:

@@ -30,6 +30,8 @@ The preset that keeps >= 90 % of nominal success against a shifted robot is `con
 
 from __future__ import annotations
 
+import colorsys
+
 import cv2
 import mujoco
 import numpy as np
@@ -37,6 +39,12 @@ import numpy as np
 from robot_rl.sim.config import RandomizationConfig, VisualConfig
 
 _DEFAULT_RGBA = np.array([0.5, 0.5, 0.5, 1.0], dtype=np.float32)  # MuJoCo's "use the material" geom rgba
+
+
+def turn_hue(rgb: np.ndarray, degrees: float) -> np.ndarray:
+    """`rgb` (0..1) with its hue turned by `degrees`, saturation and value kept."""
+    h, s, v = colorsys.rgb_to_hsv(*map(float, rgb))
+    return np.array(colorsys.hsv_to_rgb((h + degrees / 360.0) % 1.0, s, v), dtype=np.float32)
 
 
 def _shown_rgba(model: mujoco.MjModel) -> np.ndarray:
@@ -203,7 +211,8 @@ class VisualRandomizer:
         if cfg.shadow_prob > 0.0:
             shadows = rng.random() < cfg.shadow_prob
             self.model.light_castshadow[self._lights] = self._castshadow[self._lights] | shadows
-        if cfg.table_color > 0.0 or cfg.table_rgb or cfg.object_color > 0.0 or cfg.object_rgb or cfg.texture_prob:
+        if (cfg.table_color > 0.0 or cfg.table_rgb or cfg.object_color > 0.0 or cfg.object_rgb or cfg.object_hue
+                or cfg.texture_prob):  # fmt: skip
             self._paint_table_and_objects(rng)
         if cfg.robot_color > 0.0 or cfg.robot_rgb:
             self._paint_robot(rng)
@@ -264,13 +273,15 @@ class VisualRandomizer:
         cfg, m = self.cfg, self.model
         m.geom_matid[:] = self._matid
         m.mat_rgba[:] = self._mat_rgba
-        groups = ((np.array([self._table]), cfg.table_color, cfg.table_rgb, self._table_tex),
-                  (self._objects, cfg.object_color, cfg.object_rgb, self._object_tex))  # fmt: skip
-        for geoms, jitter, centre, textures in groups:
+        groups = ((np.array([self._table]), cfg.table_color, 0.0, cfg.table_rgb, self._table_tex),
+                  (self._objects, cfg.object_color, cfg.object_hue, cfg.object_rgb, self._object_tex))  # fmt: skip
+        for geoms, jitter, hue, centre, textures in groups:
             for g in geoms:
                 rgba = self._shown[g].copy()
                 if centre:
                     rgba[:3] = centre
+                if hue:
+                    rgba[:3] = turn_hue(rgba[:3], rng.uniform(-hue, hue))
                 rgba[:3] = np.clip(rgba[:3] + rng.uniform(-jitter, jitter, 3), 0.0, 1.0)
                 if cfg.texture_prob > 0.0 and rng.random() < cfg.texture_prob:
                     m.geom_matid[g] = textures[int(rng.integers(len(textures)))]

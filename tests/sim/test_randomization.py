@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import colorsys
+
 import mujoco
 import numpy as np
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
-from robot_rl.sim.config import nominal
+from robot_rl.sim.config import VisualConfig, nominal
+from robot_rl.sim.randomization import _shown_rgba
 from robot_rl.sim.rendering import CameraRenderer, gl_available
 from robot_rl.types import EE_FORCE_UNIT_N
 
@@ -228,3 +231,20 @@ def test_colour_jitter_keeps_the_table_brown_and_the_cube_red() -> None:
     cam.close()
     for name, means in seen.items():
         assert np.ptp(means, axis=0).max() > 1.0, name  # the jitter changes the colour from episode to episode
+
+
+def test_object_hue_turns_the_cube_within_its_range_and_leaves_the_table() -> None:
+    """`visual.object_hue`: the cube's hue is turned by up to +- the setting from red, drawn afresh per episode; the
+    table keeps its colour."""
+    env = make_env(EnvConfig(randomization=RandomizationConfig(visual=VisualConfig(object_hue=90.0))), seed=0)
+    m = env.unwrapped.model
+    cube, table = m.geom("cube").id, m.geom("table").id
+    table_before = _shown_rgba(m)[table].copy()
+    hues = []
+    for seed in range(12):
+        env.reset(seed=seed)
+        shown = _shown_rgba(m)
+        h, s, _ = colorsys.rgb_to_hsv(*map(float, shown[cube, :3]))
+        hues.append((h * 360.0 + 180.0) % 360.0 - 180.0)  # degrees from red, in -180 .. 180
+        assert s > 0.5 and np.allclose(shown[table], table_before)
+    assert max(abs(h) for h in hues) <= 90.0 + 1e-3 and np.ptp(hues) > 60.0, hues

@@ -3,6 +3,7 @@ and the suite runs end to end."""
 
 from __future__ import annotations
 
+import colorsys
 import importlib.util
 import sys
 from pathlib import Path
@@ -29,6 +30,12 @@ def _suite():
     return mod
 
 
+def _hue_degrees(a, b) -> float:
+    """How far apart two RGB colours' hues are, in degrees (0 .. 180)."""
+    d = abs(colorsys.rgb_to_hsv(*map(float, a))[0] - colorsys.rgb_to_hsv(*map(float, b))[0]) * 360.0
+    return min(d, 360.0 - d)
+
+
 def test_every_cell_lies_outside_the_visual_preset() -> None:
     suite = _suite()
     dr = load_config(["randomization=visual"]).env.randomization
@@ -42,6 +49,8 @@ def test_every_cell_lies_outside_the_visual_preset() -> None:
             if field in centres:
                 shown, jitter = centres[field]
                 assert np.abs(np.array(value) - shown[:3]).max() > jitter + 0.05, (name, field)
+                if field == "object_rgb":  # and outside the hues the preset turns the object through
+                    assert _hue_degrees(value, shown[:3]) > dr.visual.object_hue + 20.0, (name, field)
             else:
                 lo, hi = getattr(dr.visual, field)
                 assert value[0] == value[1] and not lo <= value[0] <= hi, (name, field, (lo, hi))
