@@ -26,6 +26,15 @@ def texts(sub, n: int) -> list[str]:
     return got
 
 
+def served_and_gone(learner_cfg, pub) -> None:
+    """A learner that takes one frame from `pub`, then closes."""
+    with make_transport(learner_cfg) as first:
+        sub = bulk.subscription(first, TOPIC, TYPE)
+        wait_until(lambda: pub.matched() == 1)
+        pub.publish_raw(frame("to the first"))
+        assert texts(sub, 1) == ["to the first"]
+
+
 def test_credit_window_blocks_the_actor_until_the_learner_takes(cfg) -> None:
     with (
         make_transport(cfg(backend="inproc", domain_id=901)) as learner,
@@ -68,11 +77,7 @@ def test_partial_frame_from_a_dying_actor_is_dropped_others_survive(cfg, caplog)
 def test_actor_follows_a_restarted_learner_to_its_new_endpoint(cfg) -> None:
     with make_transport(cfg(backend="inproc", domain_id=903)) as actor:
         pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
-        with make_transport(cfg(backend="inproc", domain_id=903)) as first:
-            sub = bulk.subscription(first, TOPIC, TYPE)
-            wait_until(lambda: pub.matched() == 1)
-            pub.publish_raw(frame("to the first"))
-            assert texts(sub, 1) == ["to the first"]
+        served_and_gone(cfg(backend="inproc", domain_id=903), pub)
         with pytest.raises(BackpressureTimeout, match="connection lost"):
             for _ in range(100):  # the first write after the peer closed may still be accepted locally
                 pub.publish_raw(frame("lost"))
@@ -90,11 +95,7 @@ def test_a_frame_after_the_learner_died_goes_to_its_successor(cfg) -> None:
     waiting for the steps of the weights it re-announced would wait for that frame forever (CI once hung so)."""
     with make_transport(cfg(backend="inproc", domain_id=908)) as actor:
         pub = bulk.publisher(actor, TOPIC, TYPE, window=4)
-        with make_transport(cfg(backend="inproc", domain_id=908)) as first:
-            sub = bulk.subscription(first, TOPIC, TYPE)
-            wait_until(lambda: pub.matched() == 1)
-            pub.publish_raw(frame("to the first"))
-            assert texts(sub, 1) == ["to the first"]
+        served_and_gone(cfg(backend="inproc", domain_id=908), pub)
         with make_transport(cfg(backend="inproc", domain_id=908)) as second:
             sub = bulk.subscription(second, TOPIC, TYPE)
             time.sleep(0.2)  # the first learner's close has reached the actor's socket
