@@ -68,7 +68,7 @@ _ENV_MAX_STEP = 0.2  # metres: far above any safe per-tick motion, so the env ne
 # Cells for `--cell`: each shift just outside what `randomization=visual` (configs/randomization/visual.yaml) draws,
 # and physics and latency that no preset a camera run trains with changes. Measured in the sim with a visual-preset
 # camera policy (docs/sim_to_real.md, "A stand-in real cell"): the front camera moved this way costs it little, the
-# same size drawn in a random direction for both cameras (the visual randomiser's `camera_shift`) half its success.
+# same size drawn in a random direction for both cameras, the wrist camera on the hand too, half its success.
 CELLS: dict[str, dict[str, Any]] = {
     "standin": {
         "latency_s": 0.03,  # a driver's command path; training had none

@@ -50,10 +50,13 @@ class VisualConfig:
     object_rgb: tuple[float, ...] = ()
     robot_rgb: tuple[float, ...] = ()
     texture_prob: float = 0.0
-    # Cameras, each on its own: moved by a distance in `camera_shift` (m) and turned by an angle in `camera_turn`
-    # (rad), both in random directions, and its vertical field of view changed by `fovy` degrees. Unlike
-    # `camera_pos_jitter` these draw a size, so a held-out cell can sit outside the range.
+    # Cameras, each on its own: moved by a distance (m) and turned by an angle in `camera_turn` (rad), both in
+    # random directions, and its vertical field of view changed by `fovy` degrees. A camera placed in the cell moves
+    # by `camera_shift` (a bumped tripod: centimetres); one on the arm by `hand_camera_shift` (bolted to the hand, a
+    # re-mount moves it by millimetres, and the hand-camera policies here fail past ~2 cm whatever they trained on:
+    # docs/sim_to_real.md). Unlike `camera_pos_jitter` these draw a size, so a held-out cell can sit outside the range.
     camera_shift: tuple[float, float] = (0.0, 0.0)
+    hand_camera_shift: tuple[float, float] = (0.0, 0.0)
     camera_turn: tuple[float, float] = (0.0, 0.0)
     fovy: tuple[float, float] = (0.0, 0.0)
     # Visual-only shapes (at most 3) in random colours standing on the table beside the object's start region.

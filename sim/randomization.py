@@ -216,7 +216,8 @@ class VisualRandomizer:
             self._paint_table_and_objects(rng)
         if cfg.robot_color > 0.0 or cfg.robot_rgb:
             self._paint_robot(rng)
-        if cfg.camera_shift != (0.0, 0.0) or cfg.camera_turn != (0.0, 0.0) or cfg.fovy != (0.0, 0.0):
+        if (cfg.camera_shift != (0.0, 0.0) or cfg.hand_camera_shift != (0.0, 0.0) or cfg.camera_turn != (0.0, 0.0)
+                or cfg.fovy != (0.0, 0.0)):  # fmt: skip
             self._cameras(rng)
         if cfg.distractors[1] > 0:
             self._place_distractors(rng)
@@ -300,11 +301,13 @@ class VisualRandomizer:
             m.mat_rgba[i, :3] = np.clip(rgba[:3] + rng.uniform(-cfg.robot_color, cfg.robot_color, 3), 0.0, 1.0)
 
     def _cameras(self, rng: np.random.Generator) -> None:
-        """Each camera moved and turned in random directions by drawn sizes, on top of `camera_*_jitter`."""
+        """Each camera moved and turned in random directions by drawn sizes, on top of `camera_*_jitter`: a camera
+        on a body (the wrist camera) by `hand_camera_shift`, one fixed in the world by `camera_shift`."""
         cfg, m = self.cfg, self.model
         for i in range(m.ncam):
             step = rng.normal(size=3)
-            m.cam_pos[i] += rng.uniform(*cfg.camera_shift) * step / np.linalg.norm(step)
+            shift = cfg.hand_camera_shift if m.cam_bodyid[i] else cfg.camera_shift
+            m.cam_pos[i] += rng.uniform(*shift) * step / np.linalg.norm(step)
             axis, dq = rng.normal(size=3), np.zeros(4)
             mujoco.mju_axisAngle2Quat(dq, axis / np.linalg.norm(axis), rng.uniform(*cfg.camera_turn))
             mujoco.mju_mulQuat(m.cam_quat[i], dq, m.cam_quat[i].copy())
