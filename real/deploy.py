@@ -29,7 +29,7 @@ from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
 from robot_rl.errors import UserError
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
-from robot_rl.real.timing import percentiles_ms
+from robot_rl.real.timing import frozen_heap, percentiles_ms
 from robot_rl.types import ObsLayout
 
 log = logging.getLogger("robot_rl.deploy")
@@ -122,58 +122,59 @@ def deploy(
         store = EpisodeStore(record, "a")
     results: list[dict[str, Any]] = []
     stopped = ""
-    try:
-        for ep in range(episodes):
-            try:
-                obs, info = judged.reset(seed=seed + ep)
-            except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
-                stopped = f"SafetyStop: {e}"
-                break
-            policy.reset()
-            if device is not None:
-                device.reset()
-            steps, done, t, n_int, reason, held = EpisodeLog(), False, 0, 0, "", False
-            start = time.monotonic()
-            while not done:
-                action = policy.select_action(obs, deterministic=True)
-                intervened = False
-                if device is not None:
-                    cmd = device.poll(env)
-                    if ESTOP_EVENT in cmd.events:
-                        env.estop("teleop e-stop button")
-                    if judge == "success key" and SUCCESS_EVENT in cmd.events:
-                        info = {"success": True}  # the person saw the task done: the episode ends here
-                        break
-                    if cmd.intervene:
-                        action, intervened = to_action(cmd, 4), True
+    with frozen_heap():
+        try:
+            for ep in range(episodes):
                 try:
-                    next_obs, reward, terminated, truncated, info = judged.step(action)
-                except (SafetyStop, StaleDataError) as e:
-                    reason, held = f"{type(e).__name__}: {e}", e.safety_failure
+                    obs, info = judged.reset(seed=seed + ep)
+                except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
+                    stopped = f"SafetyStop: {e}"
                     break
-                steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
-                         "truncated": truncated, "intervened": intervened})  # fmt: skip
-                obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
+                policy.reset()
+                if device is not None:
+                    device.reset()
+                steps, done, t, n_int, reason, held = EpisodeLog(), False, 0, 0, "", False
+                start = time.monotonic()
+                while not done:
+                    action = policy.select_action(obs, deterministic=True)
+                    intervened = False
+                    if device is not None:
+                        cmd = device.poll(env)
+                        if ESTOP_EVENT in cmd.events:
+                            env.estop("teleop e-stop button")
+                        if judge == "success key" and SUCCESS_EVENT in cmd.events:
+                            info = {"success": True}  # the person saw the task done: the episode ends here
+                            break
+                        if cmd.intervene:
+                            action, intervened = to_action(cmd, 4), True
+                    try:
+                        next_obs, reward, terminated, truncated, info = judged.step(action)
+                    except (SafetyStop, StaleDataError) as e:
+                        reason, held = f"{type(e).__name__}: {e}", e.safety_failure
+                        break
+                    steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
+                             "truncated": truncated, "intervened": intervened})  # fmt: skip
+                    obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
+                    if status:
+                        _status_line(env, ep, t, n_int, sys.stderr)
+                success = bool(info.get("success", False)) and not reason
+                held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
+                results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
+                                "interventions": n_int, "aborted": reason, "safety_failure": held})  # fmt: skip
                 if status:
-                    _status_line(env, ep, t, n_int, sys.stderr)
-            success = bool(info.get("success", False)) and not reason
-            held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
-            results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
-                            "interventions": n_int, "aborted": reason, "safety_failure": held})  # fmt: skip
-            if status:
-                sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
-            if store is not None and t > 0:
-                source = "intervention" if n_int else "policy"
-                store.add_episode(steps.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
-                                                      "source": source, "task": cfg.env.task, "robot": robot.name},
-                                  final=obs)  # fmt: skip
-            if reason and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
-                stopped = reason
-                break
-    finally:
-        if store is not None:
-            store.close()
-        env.close()
+                    sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
+                if store is not None and t > 0:
+                    source = "intervention" if n_int else "policy"
+                    store.add_episode(steps.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
+                                                          "source": source, "task": cfg.env.task, "robot": robot.name},
+                                      final=obs)  # fmt: skip
+                if reason and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
+                    stopped = reason
+                    break
+        finally:
+            if store is not None:
+                store.close()
+            env.close()
     ok = [r for r in results if r["success"]]
     lat50, lat99 = percentiles_ms(env.latencies)
     return {

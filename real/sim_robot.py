@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import logging
 import threading
 import time
@@ -388,24 +387,20 @@ class SimRobot:
     def run(self, stop: threading.Event, duration_s: float = 0.0) -> None:
         """Tick at `physics_hz` on absolute deadlines (lockstep: on each command) until `stop` is set (or
         `duration_s` of wall time passed)."""
-        from robot_rl.real.timing import RateKeeper
+        from robot_rl.real.timing import RateKeeper, frozen_heap
 
         end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
-        # What start-up built (imports, the model) outlives the loop: frozen, the collector no longer walks it on
-        # every full collection, which took 120-200 ms on a loaded 2-core box (a stalled robot: states older than a
-        # deploy node's 0.1 s staleness, a command watchdog late by as much).
-        gc.collect()
-        gc.freeze()
-        if self.cfg.lockstep:
+        with frozen_heap():
+            if self.cfg.lockstep:
+                while not stop.is_set() and time.monotonic() < end:
+                    if not self.lockstep_tick():
+                        time.sleep(0.0005)
+                log.info("sim robot (lockstep) stopped after %d ticks, %.1f s simulated", self.ticks, self.sim_time)
+                return
+            rate = RateKeeper(self.cfg.physics_hz)
             while not stop.is_set() and time.monotonic() < end:
-                if not self.lockstep_tick():
-                    time.sleep(0.0005)
-            log.info("sim robot (lockstep) stopped after %d ticks, %.1f s simulated", self.ticks, self.sim_time)
-            return
-        rate = RateKeeper(self.cfg.physics_hz)
-        while not stop.is_set() and time.monotonic() < end:
-            self.tick()
-            rate.sleep()
+                self.tick()
+                rate.sleep()
         log.info("sim robot stopped after %d ticks; %s", self.ticks, rate.stats())
 
     def close(self) -> None:

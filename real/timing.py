@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -53,6 +56,20 @@ class RateKeeper:
             "jitter_p99_ms": float(1e3 * np.percentile(jitter, 99)),
             "deadline_misses": self.misses,
         }
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Around a real-time loop: what start-up built (imports, the model, the policy) is moved out of the collector's
+    reach, so a full collection no longer walks it. One took 120-200 ms in a loaded 2-core robot process and 0.55 s
+    in a deploy inside a long test process: a command watchdog tripped, states older than their staleness. Unfrozen
+    after, so a process that goes on (a test run) can still collect what the loop's start-up left."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def percentiles_ms(samples: list[float]) -> tuple[float, float]:
