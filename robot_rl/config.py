@@ -245,6 +245,8 @@ def check_config(cfg: TrainConfig) -> None:
 
 
 def _algo_problem(cfg: TrainConfig) -> str:
+    if not 0.0 <= cfg.sac.augment_gray <= 1.0:
+        return f"sac.augment_gray={cfg.sac.augment_gray}: a probability, give one in [0, 1]"
     if cfg.algo in ("residual", "dsrl") and not getattr(cfg, cfg.algo).base:
         return f"algo={cfg.algo} needs {cfg.algo}.base=<checkpoint folder of the frozen base policy>"
     if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):

@@ -26,6 +26,18 @@ def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
     return shift(padded, offsets, images.shape[1], images.shape[2])
 
 
+def random_gray(images: torch.Tensor, p: float) -> torch.Tensor:
+    """Each (B, H, W, 3) uint8 image turned to its luma with probability p (SimCLR's random grayscale): a trunk
+    that must also find the object without its hue leans less on the one colour it trained on."""
+    pick = torch.rand(images.shape[0], device=images.device) < p
+    if not bool(pick.any()):
+        return images
+    luma = images[pick].float() @ torch.tensor([0.299, 0.587, 0.114], device=images.device)
+    out = images.clone()
+    out[pick] = luma.round_().to(images.dtype).unsqueeze(-1).expand(-1, -1, -1, 3)
+    return out
+
+
 def _shift_by_slices(padded: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
     out = padded.new_empty((padded.shape[0], h, w, padded.shape[3]))
     for i, (dy, dx) in enumerate(offsets.tolist()):
@@ -81,10 +93,12 @@ class ObsEncoder(nn.Module):
         feature_dim: int = 64,
         augment_pad: int = 4,
         frozen_trunk: bool = False,
+        augment_gray: float = 0.0,
     ) -> None:
         super().__init__()
         self.cameras = tuple(cameras)
         self.augment_pad = augment_pad
+        self.augment_gray = augment_gray
         self.convs = nn.ModuleDict({c: ConvEncoder(image_size, feature_dim=feature_dim) for c in self.cameras})
         self.frozen_trunk = frozen_trunk
         self.out_dim = state_dim + feature_dim * len(self.cameras)
@@ -123,14 +137,18 @@ class ObsEncoder(nn.Module):
 
     def _trunk(self, cam: str, img: torch.Tensor, augment: bool) -> torch.Tensor:
         """(B, H, W, 3) uint8 -> (B, trunk_dim) in the autocast dtype (fp32 without autocast)."""
-        if augment and self.augment_pad:
-            img = random_shift(img, self.augment_pad)
+        if augment:
+            img = self._augmented(img)
         # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution. Under autocast
         # the bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16.
         dev = img.device.type
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
         # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
         return self.convs[cam].trunk(img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)).flatten(1)
+
+    def _augmented(self, img: torch.Tensor) -> torch.Tensor:
+        img = random_shift(img, self.augment_pad) if self.augment_pad else img
+        return random_gray(img, self.augment_gray) if self.augment_gray else img
 
     @torch.no_grad()
     def embed_frames(self, obs: Mapping[str, torch.Tensor], views: int = 1) -> dict[str, torch.Tensor]:
@@ -148,7 +166,7 @@ class ObsEncoder(nn.Module):
             one = img.dim() == 3
             img = img.unsqueeze(0) if one else img
             if views > 1:
-                shifted = random_shift(img.repeat_interleave(views - 1, 0), self.augment_pad)
+                shifted = self._augmented(img.repeat_interleave(views - 1, 0))
                 img = torch.cat([img.unsqueeze(1), shifted.view(len(img), views - 1, *img.shape[1:])], 1).flatten(0, 1)
             feat = self._trunk(cam, img, augment=False).to(torch.float16)
             feat = feat.view(-1, views, feat.shape[-1]) if views > 1 else feat

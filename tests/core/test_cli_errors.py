@@ -66,6 +66,7 @@ CASES = [
     ("train run_dir={b}/run loop.env_steps=50", "already holds a run"),
     ("train loop.env_steps=abc", "loop.env_steps=abc: expected int"),
     ("train loop.env_steps=-5", "loop.env_steps=-5: must be >= 1"),
+    ("train obs=pixels randomization=visual sac.augment_gray=25", "sac.augment_gray=25.0: a probability"),
     ("train loop.env_stepz=5", "did you mean loop.env_steps"),
     ("train task=pick", "task=pick: expected one of"),
     ("train resume={b}/doesnotexist", "no run there"),

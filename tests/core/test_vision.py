@@ -11,7 +11,7 @@ from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import load_config
 from robot_rl.errors import UserError
-from robot_rl.nets.vision import ConvEncoder, _shift_by_gather, _shift_by_slices, random_shift
+from robot_rl.nets.vision import ConvEncoder, ObsEncoder, _shift_by_gather, _shift_by_slices, random_gray, random_shift
 from robot_rl.types import Transition
 
 
@@ -28,6 +28,29 @@ def test_random_shift_is_an_integer_translation_with_replicated_edges() -> None:
         cols = (torch.arange(16) + dx).clamp(0, 15)
         assert torch.equal(out[b, :, :, 0], img[0, rows][:, cols, 0])
     assert len({tuple(out[b, 8, 8].tolist()) for b in range(64)}) > 5  # shifts differ per sample
+
+
+def test_random_gray_shows_about_p_of_the_frames_as_their_luma_and_leaves_the_rest() -> None:
+    torch.manual_seed(0)
+    img = torch.randint(0, 256, (400, 4, 4, 3), dtype=torch.uint8)
+    out = random_gray(img, 0.25)
+    grey = (out == out[..., :1]).flatten(1).all(1)
+    assert 0.15 < grey.float().mean() < 0.35
+    luma = (img[grey].float() @ torch.tensor([0.299, 0.587, 0.114])).round().to(torch.uint8)
+    assert torch.equal(out[grey][..., 0], luma) and torch.equal(out[~grey], img[~grey])
+
+
+def test_the_views_a_frozen_trunk_stores_are_grey_where_augment_gray_asks() -> None:
+    """`sac.augment_gray` reaches RL as `augment_pad` does: through the augmented views `embed_frames` stores."""
+    enc = ObsEncoder(1, ("front",), image_size=32, augment_pad=2, frozen_trunk=True, augment_gray=1.0)
+    img = torch.randint(0, 256, (8, 32, 32, 3), dtype=torch.uint8)
+    seen = []
+    trunk = enc._trunk
+    enc._trunk = lambda cam, x, augment: seen.append(x) or trunk(cam, x, augment)
+    enc.embed_frames({"front": img}, views=3)
+    views = seen[0].view(8, 3, 32, 32, 3)
+    assert torch.equal(views[:, 0], img)  # view 0: the frame as it is
+    assert (views[:, 1:] == views[:, 1:, ..., :1]).all()  # the augmented views: grey
 
 
 def test_the_gpu_shift_gathers_what_the_cpu_loop_copies() -> None:
