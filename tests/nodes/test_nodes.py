@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
+from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 
 pytestmark = pytest.mark.slow
 
@@ -82,23 +83,33 @@ def checkpoint_step(run: Path) -> int:
 
 def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: Path, domain: int) -> None:
     run = tmp_path / "run"
-    learner = spawn("learner", f"run_dir={run}", *common(domain, STEPS_KILLED))
-    a0 = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
-    a1 = spawn("actor", "--index", "1", *common(domain, STEPS_KILLED))
-    a0_again = None
-    try:
-        wait_for(lambda: checkpoint_step(run) > 0, 180)  # training is under way
-        a1.send_signal(signal.SIGSTOP)  # from here only the restarted actor can move training on
-        a0.send_signal(signal.SIGKILL)
-        a0.wait()
-        at_kill = checkpoint_step(run)
-        a0_again = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
-        wait_for(lambda: checkpoint_step(run) >= at_kill + 200, 180)  # two checkpoints on the restart's data
-        a1.send_signal(signal.SIGCONT)
-        finish(learner, 240)
-    finally:
-        a1.send_signal(signal.SIGCONT)
-        stop(a0, a1, *([a0_again] if a0_again else []))
+    probe_cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
+    with make_transport(probe_cfg) as probe:
+        episodes = probe.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)  # before any actor can publish one
+        learner = spawn("learner", f"run_dir={run}", *common(domain, STEPS_KILLED))
+        a0 = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
+        a1 = spawn("actor", "--index", "1", *common(domain, STEPS_KILLED))
+        a0_again, ended = None, set()
+
+        def both_acting() -> bool:
+            """An episode from each actor (its steps were flushed with it) and a checkpoint: a1 is in the run
+            before it is paused, however slowly it started."""
+            ended.update(e.actor_id.split("-")[0] for e in episodes.take())
+            return ended >= {"actor0", "actor1"} and checkpoint_step(run) > 0
+
+        try:
+            wait_for(both_acting, 180)  # training is under way
+            a1.send_signal(signal.SIGSTOP)  # from here only the restarted actor can move training on
+            a0.send_signal(signal.SIGKILL)
+            a0.wait()
+            at_kill = checkpoint_step(run)
+            a0_again = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
+            wait_for(lambda: checkpoint_step(run) >= at_kill + 200, 180)  # two checkpoints on the restart's data
+            a1.send_signal(signal.SIGCONT)
+            finish(learner, 240)
+        finally:
+            a1.send_signal(signal.SIGCONT)
+            stop(a0, a1, *([a0_again] if a0_again else []))
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == STEPS_KILLED
     names = sorted(a.split("-")[0] for a in s["actors"])
