@@ -10,8 +10,9 @@ nominal success of the same policy with a bootstrap 95 % CI.
 
 Run: `.venv/bin/python bench/bench_visual_transfer.py [--checkpoint RUN_OR_CKPT ...] [--seeds 2] [--episodes 40]
 [--preset visual] [--minutes 15] [--quick]`; also `bench/run.py --only visual_transfer`. Without checkpoints it trains
-`obs=pixels` PickCube runs with the preset, one per seed. `--quick`: the expert alone, 2 episodes a cell (a smoke run,
-seconds). Writes `bench/results/visual_transfer.json` and `.md`.
+`obs=pixels env.for_robot=sim` PickCube runs with the preset, one per seed, side by side for `--minutes` of wall
+clock (#27's acceptance 1: two seeds, 15 minutes, this 2-core box), then runs the suite on them. `--quick`: the
+expert alone, 2 episodes a cell (a smoke run, seconds). Writes `bench/results/visual_transfer.json` and `.md`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,14 +64,22 @@ def randomization(base, fields: dict):
     return nominal(base, **fields)
 
 
-def train(run_dir: Path, preset: str, seed: int, threads: int, minutes: float) -> Path:
-    """One `obs=pixels` PickCube run with the preset; returns the run dir."""
-    cmd = [sys.executable, "-m", "robot_rl.cli", "train", "task=pick_cube", "obs=pixels", f"run_dir={run_dir}",
-           f"randomization={preset}", f"seed={seed}", "loop.checkpoint_every=0", f"threads={threads}"]  # fmt: skip
-    if minutes > 0:
-        cmd.append(f"loop.max_minutes={minutes}")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return run_dir
+def train(runs: list[Path], preset: str, threads: int, minutes: float) -> list[Path]:
+    """`obs=pixels env.for_robot=sim` PickCube runs with the preset, seed i in `runs[i]`, side by side: as acceptance 1
+    of #27 measures them, `minutes` of wall clock each (the clock, not a step budget or early stop, ends them).
+    `threads` 0: the cores split between the runs."""
+    threads = threads or max(1, (os.cpu_count() or 1) // len(runs))
+    procs = []
+    for seed, run_dir in enumerate(runs):
+        cmd = [sys.executable, "-m", "robot_rl.cli", "train", "task=pick_cube", "obs=pixels", "env.for_robot=sim",
+               f"randomization={preset}", f"run_dir={run_dir}", f"seed={seed}", f"threads={threads}",
+               f"loop.max_minutes={minutes}", "loop.env_steps=200000", "loop.stop_at_success=2",
+               "loop.checkpoint_every=0"]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for p, run_dir in zip(procs, runs, strict=True):
+        if p.wait():
+            raise RuntimeError(f"training {run_dir} failed (exit {p.returncode})")
+    return runs
 
 
 def cell(env_cfg, policy_for, episodes: int) -> list[bool]:
@@ -129,7 +139,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
-         preset: str = "visual", minutes: float = 0.0, threads: int = 0,
+         preset: str = "visual", minutes: float = 15.0, threads: int = 0,
          out: Path | None = None, expert: bool = True) -> list[dict]:  # fmt: skip
     """The expert rows (unless not `expert`) and one column per checkpoint; without checkpoints (and not `quick`),
     `seeds` runs trained with `preset` first."""
@@ -140,7 +150,7 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
     with tempfile.TemporaryDirectory(prefix="visual_transfer_") as tmp:
         runs = list(checkpoints)
         if not runs and not quick:
-            runs = [train(Path(tmp) / f"s{s}", preset, s, threads, minutes) for s in range(seeds)]
+            runs = train([Path(tmp) / f"s{s}" for s in range(seeds)], preset, threads, minutes)
         for i, ckpt in enumerate(runs):
             name = f"{preset} s{i}" if not checkpoints else f"{Path(ckpt).name}"
             rows += measure(name, Path(ckpt), episodes)
@@ -159,8 +169,8 @@ if __name__ == "__main__":
     p.add_argument("--checkpoint", action="append", type=Path, default=[], help="a run dir or checkpoint folder")
     p.add_argument("--seeds", type=int, default=2, help="runs to train when no --checkpoint is given")
     p.add_argument("--preset", default="visual", help="their randomisation preset")
-    p.add_argument("--minutes", type=float, default=0.0, help="their loop.max_minutes (0: the config's)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads of the training runs (0: one per core)")
+    p.add_argument("--minutes", type=float, default=15.0, help="wall clock of each training run (side by side)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of each run (0: the cores split)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
     result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out)
