@@ -84,6 +84,41 @@ def success_judge(
                     "key (--teleop keyboard|gamepad|spacemouse)")  # fmt: skip
 
 
+def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: str, ep: int, obs: dict,
+             status: bool) -> tuple[dict[str, Any], EpisodeLog, dict]:  # fmt: skip
+    """Steps one episode from its reset's `obs` until it ends, the person's success key ends it, or the robot stops
+    it; returns its summary row, its steps (for `--record`) and the observation it ended on."""
+    steps, done, t, n_int, reason, held, info = EpisodeLog(), False, 0, 0, "", False, {}
+    start = time.monotonic()
+    while not done:
+        action = policy.select_action(obs, deterministic=True)
+        intervened = False
+        if device is not None:
+            cmd = device.poll(env)
+            if ESTOP_EVENT in cmd.events:
+                env.estop("teleop e-stop button")
+            if judge == "success key" and SUCCESS_EVENT in cmd.events:
+                info = {"success": True}  # the person saw the task done: the episode ends here
+                break
+            if cmd.intervene:
+                action, intervened = to_action(cmd, 4), True
+        try:
+            next_obs, reward, terminated, truncated, info = judged.step(action)
+        except (SafetyStop, StaleDataError) as e:
+            reason, held = f"{type(e).__name__}: {e}", e.safety_failure
+            break
+        steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
+                   "truncated": truncated, "intervened": intervened})  # fmt: skip
+        obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
+        if status:
+            _status_line(env, ep, t, n_int, sys.stderr)
+    success = bool(info.get("success", False)) and not reason
+    held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
+    row = {"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start, "interventions": n_int,
+           "aborted": reason, "safety_failure": held}  # fmt: skip
+    return row, steps, obs
+
+
 def deploy(
     checkpoint: Path,
     robot: RobotConfig,
@@ -126,50 +161,25 @@ def deploy(
         try:
             for ep in range(episodes):
                 try:
-                    obs, info = judged.reset(seed=seed + ep)
+                    obs, _ = judged.reset(seed=seed + ep)
                 except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
                     stopped = f"SafetyStop: {e}"
                     break
                 policy.reset()
                 if device is not None:
                     device.reset()
-                steps, done, t, n_int, reason, held = EpisodeLog(), False, 0, 0, "", False
-                start = time.monotonic()
-                while not done:
-                    action = policy.select_action(obs, deterministic=True)
-                    intervened = False
-                    if device is not None:
-                        cmd = device.poll(env)
-                        if ESTOP_EVENT in cmd.events:
-                            env.estop("teleop e-stop button")
-                        if judge == "success key" and SUCCESS_EVENT in cmd.events:
-                            info = {"success": True}  # the person saw the task done: the episode ends here
-                            break
-                        if cmd.intervene:
-                            action, intervened = to_action(cmd, 4), True
-                    try:
-                        next_obs, reward, terminated, truncated, info = judged.step(action)
-                    except (SafetyStop, StaleDataError) as e:
-                        reason, held = f"{type(e).__name__}: {e}", e.safety_failure
-                        break
-                    steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
-                             "truncated": truncated, "intervened": intervened})  # fmt: skip
-                    obs, done, t, n_int = next_obs, terminated or truncated, t + 1, n_int + intervened
-                    if status:
-                        _status_line(env, ep, t, n_int, sys.stderr)
-                success = bool(info.get("success", False)) and not reason
-                held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
-                results.append({"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start,
-                                "interventions": n_int, "aborted": reason, "safety_failure": held})  # fmt: skip
+                r, steps, obs = _episode(judged, env, policy, device, judge, ep, obs, status)
+                results.append(r)
                 if status:
-                    sys.stderr.write(f"\nepisode {ep}: {'success' if success else 'failure'} in {t} steps {reason}\n")
-                if store is not None and t > 0:
-                    source = "intervention" if n_int else "policy"
-                    store.add_episode(steps.arrays(), meta={"success": success, "length": t, "seed": seed + ep,
-                                                          "source": source, "task": cfg.env.task, "robot": robot.name},
-                                      final=obs)  # fmt: skip
-                if reason and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
-                    stopped = reason
+                    outcome = "success" if r["success"] else "failure"
+                    sys.stderr.write(f"\nepisode {ep}: {outcome} in {r['steps']} steps {r['aborted']}\n")
+                if store is not None and r["steps"] > 0:
+                    source = "intervention" if r["interventions"] else "policy"
+                    store.add_episode(steps.arrays(), meta={"success": r["success"], "length": r["steps"],
+                                                          "seed": seed + ep, "source": source, "task": cfg.env.task,
+                                                          "robot": robot.name}, final=obs)  # fmt: skip
+                if r["aborted"] and env.safety.latched and env.safety.latched.startswith(("estop", "teleop")):
+                    stopped = r["aborted"]
                     break
         finally:
             if store is not None:
