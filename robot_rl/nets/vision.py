@@ -28,14 +28,11 @@ def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
 
 def random_gray(images: torch.Tensor, p: float) -> torch.Tensor:
     """Each (B, H, W, 3) uint8 image turned to its luma with probability p (SimCLR's random grayscale): a trunk
-    that must also find the object without its hue leans less on the one colour it trained on."""
-    pick = torch.rand(images.shape[0], device=images.device) < p
-    if not bool(pick.any()):
-        return images
-    luma = images[pick].float() @ torch.tensor([0.299, 0.587, 0.114], device=images.device)
-    out = images.clone()
-    out[pick] = luma.round_().to(images.dtype).unsqueeze(-1).expand(-1, -1, -1, 3)
-    return out
+    that must also find the object without its hue leans less on the one colour it trained on. No host sync (the
+    luma of every image, then a select), so it can sit inside a captured CUDA graph as `random_shift` does."""
+    pick = torch.rand(images.shape[0], 1, 1, 1, device=images.device) < p
+    luma = images.float() @ torch.tensor([0.299, 0.587, 0.114], device=images.device)
+    return torch.where(pick, luma.round_().to(images.dtype).unsqueeze(-1), images)
 
 
 def _shift_by_slices(padded: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
