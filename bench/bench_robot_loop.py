@@ -217,11 +217,13 @@ def confirm(run: Path, domain: int, cell: list[str], episodes: int) -> None:
 
 
 def spent_minutes(run_dir: Path) -> float:
-    """Wall clock the run had spent at its last checkpoint (what `loop.max_minutes` counts on a resume)."""
+    """Wall clock the run had spent at its last checkpoint, start-ups included (what `loop.max_minutes` counts on a
+    resume)."""
     latest = run_dir / "checkpoints" / "latest"
     if not latest.exists():
         return 0.0
-    return json.loads((run_dir / "checkpoints" / latest.read_text() / "counters.json").read_text())["wall_clock_s"] / 60
+    counters = json.loads((run_dir / "checkpoints" / latest.read_text() / "counters.json").read_text())
+    return (counters["wall_clock_s"] + counters.get("startup_s", 0.0)) / 60
 
 
 def unfinished(summary: Path, env_steps: int, goal: float) -> bool:

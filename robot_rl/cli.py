@@ -55,7 +55,7 @@ COMMON_KEYS = {
     "loop.env_steps": "online env-step budget",
     "loop.eval_every": "env steps between evaluations",
     "loop.checkpoint_every": "env steps between checkpoints (0: only at the end; Ctrl-C also saves)",
-    "loop.max_minutes": "wall-clock budget, resumes included (0: none)",
+    "loop.max_minutes": "wall-clock budget, start-up and resumes included (0: none)",
     "loop.stop_at_success": "stop once an evaluation reaches this success rate (>1: never)",
     "loop.eval_robot_minutes": "a robot run's arm time per evaluation (the final one: loop.final_eval_robot_minutes)",
     "demos.n_episodes": "scripted demos collected into the run before training",

@@ -100,7 +100,8 @@ class LoopConfig:
     eval_robot_minutes: float = 1.0
     final_eval_robot_minutes: float = 2.0
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables)
-    max_minutes: float = 0.0  # wall-clock budget for this run, resumes included (0 = none)
+    # wall-clock budget for this run: each session's start-up (env, demos, trunk pretraining) and resumes included
+    max_minutes: float = 0.0  # (0 = none); the final evaluation comes after it
     checkpoint_every: int = 2000  # env steps; 0 => only at the end
     buffer_capacity: int = 200_000
     log_every: int = 100  # env steps between tensorboard scalar writes

@@ -89,7 +89,8 @@ class RunState:
     sim_steps: int = 0
     updates: int = 0
     episodes: int = 0
-    wall_clock_s: float = 0.0
+    wall_clock_s: float = 0.0  # the training loop's, evaluations included
+    startup_s: float = 0.0  # every session's before its loop: env, demos, trunk pretraining (`loop.max_minutes`)
     best_eval_success: float = 0.0
     eval_robot_s: float = 0.0  # a robot run's arm time spent in evaluations (env steps / control rate)
 

@@ -62,6 +62,7 @@ class TrainingRun:
         """`env`: evaluate in this env (a robot run's one arm, shared with the actor) instead of a fresh one. A robot
         run's learner node leaves the arm to its one actor: it evaluates nothing and takes its layout from the robot
         config, never connecting to the robot."""
+        self._started = time.perf_counter()
         self.cfg = cfg
         self.run_dir, self.device, self.config_yaml = start_run(cfg)
         self.eval_env = env if env is not None or cfg.robot is not None else make_train_env(cfg, cfg.seed + 1)
@@ -184,6 +185,7 @@ class TrainingRun:
         self.done = False
         self._session_start = time.perf_counter()
         self._wall_before = self.state.wall_clock_s
+        self.state.startup_s += time.perf_counter() - self._started
         self.bar = tqdm(total=self.cfg.loop.env_steps, initial=self.learner.env_steps, desc="train", unit="step",
                         mininterval=2.0)  # fmt: skip
         self._check_budget()
@@ -197,7 +199,7 @@ class TrainingRun:
 
     def _check_budget(self) -> None:
         loop = self.cfg.loop
-        out_of_time = loop.max_minutes > 0 and self.wall_clock_s >= 60.0 * loop.max_minutes
+        out_of_time = loop.max_minutes > 0 and self.state.startup_s + self.wall_clock_s >= 60.0 * loop.max_minutes
         self.done = self.done or out_of_time or self.learner.env_steps >= loop.env_steps
 
     def checkpoint(self, name: str, episodes: int) -> None:
@@ -330,6 +332,7 @@ class TrainingRun:
             "updates": learner.updates,
             "critic_updates": learner.updates * cfg.sac.utd,
             "wall_clock_s": round(self.state.wall_clock_s, 2),
+            "startup_s": round(self.state.startup_s, 2),
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),
             "demo_episodes": len(self.store) if self.store is not None else 0,
             "init_from": cfg.init_from or None,

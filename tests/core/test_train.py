@@ -144,6 +144,18 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert steps[:-1] == sorted(set(steps[:-1])) and steps[-2:] == [900, 900]  # ... 900, then the final eval
     final = json.loads((run / "checkpoints" / "final" / "counters.json").read_text())
     assert final["wall_clock_s"] >= killed_at["wall_clock_s"]
+    assert final["startup_s"] > killed_at["startup_s"] > 0  # the resumed session's start-up counts as well
+
+
+def test_the_time_budget_counts_the_start_up(tmp_path: Path) -> None:
+    """`loop.max_minutes` is the whole run's: making the env, collecting demos and building the learner spend it too,
+    so a budget the start-up alone outlasts trains nothing."""
+    from robot_rl.loop.trainer import train
+
+    summary = json.loads(train(load_config([f"run_dir={tmp_path}", "loop.max_minutes=0.005", "demos.n_episodes=3",
+                                            "loop.final_eval_episodes=1", "loop.checkpoint_every=0",
+                                            "profile=cpu"])).read_text())  # fmt: skip
+    assert summary["startup_s"] > 0.3 and summary["env_steps"] == 0
 
 
 class NaNPolicy(torch.nn.Module):
