@@ -68,7 +68,7 @@ def train(runs: list[Path], preset: str, threads: int, minutes: float) -> list[d
     """`obs=pixels env.for_robot=sim` PickCube runs with the preset, seed i in `runs[i]`, side by side: as acceptance 1
     of #27 measures them, `minutes` of wall clock each, start-up included (the clock, not a step budget or early stop,
     ends them). An evaluation every 5000 env steps, not 1000: with no early stop they only draw the curve, and at 40
-    episodes each they took a third of the clock. `threads` 0: the cores split between the runs. Returns their
+    episodes each they took up to a sixth of the clock. `threads` 0: the cores split between the runs. Returns their
     summaries; each run's output is in `<run>.log` beside it."""
     threads = threads or max(1, (os.cpu_count() or 1) // len(runs))
     procs = []
