@@ -18,10 +18,11 @@ from robot_rl.algos.reward_classifier import classifier_meta
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.types import PRIVILEGED_FIELDS
 
-# 20 demos, then at most 2000 env steps (200 robot seconds at 10 Hz), stopping once an evaluation of 10 episodes
-# every 250 steps reaches 0.8: training seeds 0, 1, 2 got there at 1000, 1000, 1250 (docs/benchmarks.md). The
+# 20 demos, camera trunks pretrained 500 steps, then at most 2500 env steps (250 robot seconds at 10 Hz), stopping
+# once an evaluation of 10 episodes every 250 steps reaches 0.8. How far a seed gets in a budget depends on the CPU's
+# float kernels (docs/benchmarks.md): on the slowest box measured the three seeds needed 1500-2000 steps. The
 # untrained and the final policy are evaluated on the same 10 episodes.
-DEMOS, HOLD, WANDER, STEPS, EPISODES = 20, 5, 6, 2000, 10
+DEMOS, HOLD, WANDER, PRETRAIN, STEPS, EPISODES = 20, 5, 6, 500, 2500, 10
 CAMERAS = "front,wrist"
 
 
@@ -50,9 +51,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
                                     "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip
         # As the bench: the workspace a lab would measure around the task, the baseline evaluated in the same run.
         run("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "obs=pixels",
-            f"env.cameras=[{CAMERAS}]", "sac.trunk_pretrain_steps=250", "threads=1", "loop.buffer_capacity=4000",
-            "robot.safety.workspace_lo=[0.38,-0.2,0.01]", "robot.safety.workspace_hi=[0.62,0.2,0.25]",
-            f"demos.path={out.store}",
+            f"env.cameras=[{CAMERAS}]", f"sac.trunk_pretrain_steps={PRETRAIN}", "threads=1",
+            "loop.buffer_capacity=4000", "robot.safety.workspace_lo=[0.38,-0.2,0.01]",
+            "robot.safety.workspace_hi=[0.62,0.2,0.25]", f"demos.path={out.store}",
             "reward.source=classifier", f"reward.classifier_path={out.classifier}",
             "intervention.device=simulated", "intervention.trigger=no_progress", "intervention.patience=5",
             f"loop.env_steps={STEPS}", "loop.eval_every=250", "loop.eval_episodes=10", "loop.stop_at_success=0.8",
@@ -101,4 +102,4 @@ def test_the_trained_policy_picks_the_cube_where_the_untrained_one_does_not(loop
     assert untrained["env_steps"] == 0 and trained["env_steps"] == loop.summary["env_steps"] > 0
     assert untrained["episodes"] == trained["episodes"] == EPISODES
     assert untrained["success_rate"] <= 0.1, untrained
-    assert trained["success_rate"] >= 0.5, trained  # measured 0.85 (seed 0); with learning off 0.0
+    assert trained["success_rate"] >= 0.5, trained  # measured 0.85-0.9 (seed 0); with learning off 0.0
