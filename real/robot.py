@@ -292,6 +292,15 @@ class RobotEnv(gym.Env):
             raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (limit {tol:.3f}s: "
                                  f"align_tol_s + the slowest stream's period and jitter)")  # fmt: skip
 
+    def _aligned(self) -> bool:
+        """Whether an observation now would pass `_check_fresh`: a reset waits for one (a loaded host's first frames
+        can straddle a camera period) instead of failing on the first."""
+        try:
+            self._check_fresh([k for k in self._subs if k != "success"], time.time())
+        except StaleDataError:
+            return False
+        return True
+
     def _topic(self, key: str) -> str:
         return self._subs[key].topic
 
@@ -516,7 +525,11 @@ class RobotEnv(gym.Env):
             elif self.cfg.reset == "human":
                 self.operator_prompt(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
             since = time.time()
-            self._wait_for(lambda: all(k in self._latest and self._latest[k][1] > since for k in self._subs), "state")
+
+            def ready() -> bool:
+                return all(k in self._latest and self._latest[k][1] > since for k in self._subs) and self._aligned()
+
+            self._wait_for(ready, "fresh, aligned state")
         except TimeoutError as e:
             silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
             hint = " (a sim robot publishes cameras only with --cameras)" if any("camera" in t for t in silent) else ""
