@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -320,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         if debug or not _caused_by_ctrl_c(e):
             raise
         # Store writes cut short are abandoned (the store keeps only whole episodes); zarr's event loop would report
-        # each of its pending tasks at exit, with a traceback, after this line.
+        # each of its pending tasks at exit, with a traceback, after this line; a write coroutine created but never
+        # started is reported by Python itself.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
         print(f"robot-rl {argv[0]}: interrupted", file=sys.stderr)
         return 130
     finally:
