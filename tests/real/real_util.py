@@ -9,10 +9,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Not the global `random`: an in-process `train` seeds it, and two tests drawing after the same seed would share a
+# domain, and with it the other's latched messages (an e-stop left pressed).
+_DRAW = random.SystemRandom()
+
 
 def random_domain() -> int:
     """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host)."""
-    return random.randint(1, 200)
+    return _DRAW.randint(1, 200)
+
+
+def inproc_domain() -> int:
+    """A domain for the in-process transport, which has no DDS limit on domain ids: a wider draw."""
+    return _DRAW.randint(1000, 100000)
 
 
 def spawn(*args: str) -> subprocess.Popen:

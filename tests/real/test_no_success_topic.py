@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from real_util import spawn, stop
+from real_util import inproc_domain, spawn, stop
 from test_robot import Served, layout
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, save_classifier
@@ -31,7 +30,7 @@ from robot_rl.types import ObsLayout
 
 @pytest.fixture
 def robot_cfg():
-    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
 
 
 def classifier(state_layout: dict, says: bool) -> RewardClassifier:

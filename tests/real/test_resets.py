@@ -3,12 +3,12 @@ and an e-stop mid-episode that ends it without poisoning the replay buffer (sim 
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 
 import gymnasium as gym
 import numpy as np
+from real_util import inproc_domain
 from test_robot import Served
 
 from robot_rl.buffers import ReplayBuffer
@@ -24,7 +24,7 @@ HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
 
 
 def home_robot(scene_reset: str):
-    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc", "reset=home",
+    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc", "reset=home",
                                      f"scene_reset={scene_reset}", f"home_box={BOX.tolist()}"])  # fmt: skip
 
 
@@ -89,7 +89,7 @@ class Pusher:
 
 
 def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitched_sequence() -> None:
-    robot = load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+    robot = load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
     served = Served(robot)
     tx = make_transport(TransportConfig(backend="inproc", domain_id=robot.domain_id))
     estop = tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS)  # as `robot-rl estop press|release` does

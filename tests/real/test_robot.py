@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +9,7 @@ from collections.abc import Iterator
 import cv2
 import numpy as np
 import pytest
+from real_util import inproc_domain
 
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
@@ -55,7 +55,7 @@ class Served:
 
 @pytest.fixture
 def robot_cfg():
-    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
 
 
 @pytest.fixture

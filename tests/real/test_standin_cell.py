@@ -3,12 +3,12 @@ and every shift lies outside what the visual preset draws. Policies on it: bench
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from real_util import inproc_domain
 
 from robot_rl.errors import ConfigError
 from robot_rl.real.config import load_robot_config
@@ -19,7 +19,7 @@ VISUAL_PRESET = Path(__file__).resolve().parents[2] / "configs/randomization/vis
 
 @pytest.fixture
 def robot():
-    return load_robot_config("sim", [f"domain_id={random.randint(1000, 100000)}", "backend=inproc"])
+    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
 
 
 def test_the_standin_cell_moves_the_front_camera_and_shifts_looks_physics_and_latency(robot) -> None:
