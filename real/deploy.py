@@ -162,8 +162,8 @@ def deploy(
             for ep in range(episodes):
                 try:
                     obs, _ = judged.reset(seed=seed + ep)
-                except SafetyStop as e:  # an e-stop still pressed (here, or held by the robot): nothing may start
-                    stopped = f"SafetyStop: {e}"
+                except (SafetyStop, StaleDataError) as e:  # an e-stop still pressed, or a robot that does not answer
+                    stopped = f"{type(e).__name__}: {e}"
                     break
                 policy.reset()
                 if device is not None:
@@ -241,8 +241,9 @@ def main(argv: list[str]) -> int:
         if device is not None:
             device.close()
     print(json.dumps(summary, indent=1))
-    if summary["stopped"]:  # an e-stop is not a normal end: scripts and the shell must see it
-        print(f"robot-rl deploy: stopped by {summary['stopped']}; `robot-rl estop release --robot {ns.robot}` "
-              "clears the latched e-stop", file=sys.stderr)  # fmt: skip
+    if stopped := summary["stopped"]:  # an e-stop or a silent robot is not a normal end: scripts must see it
+        fix = f"`robot-rl estop release --robot {ns.robot}` clears the latched e-stop"
+        fix = fix if stopped.startswith("SafetyStop") else "is the robot side up, on this domain?"
+        print(f"robot-rl deploy: stopped by {stopped}; {fix}", file=sys.stderr)
         return 3
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -492,3 +493,9 @@ def test_a_force_limit_hold_ends_the_episode_as_the_sims_safety_terminal(robot_c
     finally:
         env.close()
         served.close()
+
+
+def test_deploy_stops_with_the_reason_when_the_robot_never_answers_a_reset(robot_cfg, checkpoint) -> None:
+    """No robot side on the domain: the first reset times out and the run ends `stopped` (exit 3), no traceback."""
+    summary = deploy(checkpoint, dataclasses.replace(robot_cfg, reset_timeout_s=0.5), 2, status=False)
+    assert summary["episodes"] == 0 and summary["stopped"].startswith("StaleDataError: [sim] no subscriber on")
