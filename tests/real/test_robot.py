@@ -86,9 +86,13 @@ def test_observation_matches_the_sim_task_and_actions_move_the_tcp(robot_cfg, co
     np.testing.assert_allclose(obs["state"][:4], ref_obs["state"][:4], atol=5e-3)
     np.testing.assert_allclose(obs["state"][7:], ref_obs["state"][7:], atol=5e-3)
     x0 = obs["state"][0]
-    for _ in range(4):
+    # 4 steps of up to 2.5 cm move it 2.4-3.6 cm (the impedance arm lags); this thread's robot ticks less often on a
+    # busy host (a twist is integrated per tick), so up to 8 steps may be needed.
+    for _ in range(8):
         obs, _, _, _, info = env.step(np.array([1.0, 0.0, 0.0, -1.0]))
-    assert obs["state"][0] - x0 > 0.02  # 4 steps of up to 2.5 cm; the impedance arm lags (~60 % of the weld's)
+        if obs["state"][0] - x0 > 0.02:
+            break
+    assert obs["state"][0] - x0 > 0.02
     assert obs["state"][4:7].max() > 0.1  # tcp_vel sees the motion
     assert info["latency_s"] < 0.05 and not info["hold"]
     env.close()
