@@ -242,8 +242,10 @@ def main(argv: list[str]) -> int:
             device.close()
     print(json.dumps(summary, indent=1))
     if stopped := summary["stopped"]:  # an e-stop or a silent robot is not a normal end: scripts must see it
-        fix = f"`robot-rl estop release --robot {ns.robot}` clears the latched e-stop"
-        fix = fix if stopped.startswith("SafetyStop") else "is the robot side up, on this domain?"
+        if stopped.startswith("SafetyStop"):
+            fix = f"`robot-rl estop release --robot {ns.robot}` clears the latched e-stop"
+        else:
+            fix = "is the robot side up, on this domain?"
         print(f"robot-rl deploy: stopped by {stopped}; {fix}", file=sys.stderr)
         return 3
     return 0
