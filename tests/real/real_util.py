@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from robot_rl.real.config import RobotConfig, load_robot_config
+
 # Not the global `random`: an in-process `train` seeds it, and two tests drawing after the same seed would share a
 # domain, and with it the other's latched messages (an e-stop left pressed).
 _DRAW = random.SystemRandom()
@@ -19,9 +21,10 @@ def random_domain() -> int:
     return _DRAW.randint(1, 200)
 
 
-def inproc_domain() -> int:
-    """A domain for the in-process transport, which has no DDS limit on domain ids: a wider draw."""
-    return _DRAW.randint(1000, 100000)
+def inproc_robot(*overrides: str) -> RobotConfig:
+    """The sim robot's config on the in-process transport, in a domain of its own (that bus has no DDS limit on
+    domain ids: a wider draw)."""
+    return load_robot_config("sim", [f"domain_id={_DRAW.randint(1000, 100000)}", "backend=inproc", *overrides])
 
 
 def spawn(*args: str) -> subprocess.Popen:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from real_util import inproc_domain, spawn, stop
+from real_util import inproc_robot, spawn, stop
 from test_robot import Served, layout
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, save_classifier
@@ -30,7 +30,7 @@ from robot_rl.types import ObsLayout
 
 @pytest.fixture
 def robot_cfg():
-    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    return inproc_robot()
 
 
 def classifier(state_layout: dict, says: bool) -> RewardClassifier:

@@ -8,7 +8,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
-from real_util import inproc_domain
+from real_util import inproc_robot
 from test_robot import Served
 
 from robot_rl.buffers import ReplayBuffer
@@ -24,8 +24,7 @@ HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
 
 
 def home_robot(scene_reset: str):
-    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc", "reset=home",
-                                     f"scene_reset={scene_reset}", f"home_box={BOX.tolist()}"])  # fmt: skip
+    return inproc_robot("reset=home", f"scene_reset={scene_reset}", f"home_box={BOX.tolist()}")
 
 
 class Recording(RobotEnv):
@@ -89,7 +88,7 @@ class Pusher:
 
 
 def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitched_sequence() -> None:
-    robot = load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    robot = inproc_robot()
     served = Served(robot)
     tx = make_transport(TransportConfig(backend="inproc", domain_id=robot.domain_id))
     estop = tx.publisher(robot.estop_topic, msgs.BOOL, LATCHED_QOS)  # as `robot-rl estop press|release` does

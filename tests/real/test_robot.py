@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import cv2
 import numpy as np
 import pytest
-from real_util import inproc_domain
+from real_util import inproc_robot
 
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
@@ -56,7 +56,7 @@ class Served:
 
 @pytest.fixture
 def robot_cfg():
-    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    return inproc_robot()
 
 
 @pytest.fixture

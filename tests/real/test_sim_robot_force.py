@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from real_util import inproc_domain
+from real_util import inproc_robot
 
-from robot_rl.real.config import load_robot_config
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 
 
 def test_pushing_through_the_cube_holds_the_arm_until_reset() -> None:
-    robot = load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    robot = inproc_robot()
     node = SimRobot(SimRobotConfig(), robot)
     try:
         cube = node.data.xpos[node._object].copy()

@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from real_util import inproc_domain
+from real_util import inproc_robot
 
 from robot_rl.errors import ConfigError
-from robot_rl.real.config import load_robot_config
 from robot_rl.real.sim_robot import CELLS, SimRobot, SimRobotConfig, load_cell
 
 VISUAL_PRESET = Path(__file__).resolve().parents[2] / "configs/randomization/visual.yaml"
@@ -19,7 +18,7 @@ VISUAL_PRESET = Path(__file__).resolve().parents[2] / "configs/randomization/vis
 
 @pytest.fixture
 def robot():
-    return load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    return inproc_robot()
 
 
 def test_the_standin_cell_moves_the_front_camera_and_shifts_looks_physics_and_latency(robot) -> None:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from real_util import inproc_domain, random_domain, spawn, stop, wait_until
+from real_util import inproc_robot, random_domain, spawn, stop, wait_until
 
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config
@@ -76,7 +76,7 @@ def test_sim_robot_latency_is_one_control_period_on_the_wire() -> None:
 
 
 def test_sim_robot_applies_the_dynamics_shift_to_its_model() -> None:
-    robot = load_robot_config("sim", [f"domain_id={inproc_domain()}", "backend=inproc"])
+    robot = inproc_robot()
     shift = RandomizationConfig(friction_scale=(0.75, 0.75), mass_scale=(1.25, 1.25), damping_scale=(1.2, 1.2),
                                 camera_pos_jitter=0.02, camera_rot_jitter=0.05, action_latency=3)  # fmt: skip
     nominal = SimRobot(SimRobotConfig(), robot)
