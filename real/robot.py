@@ -227,7 +227,8 @@ class RobotEnv(gym.Env):
         # The largest force on the hand (N) in any wrench message of this episode: `info["peak_ee_force"]`, what
         # evaluation reports (a lockstep sim robot sends one per control period, a driver one per state sample).
         self._peak_force = 0.0
-        self._clocks = {k: StreamClock() for k in self._subs if k != "success"}  # each stream's measured rate
+        self._streams = [k for k in self._subs if k != "success"]  # what an observation reads
+        self._clocks = {k: StreamClock() for k in self._streams}  # each stream's measured rate
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
@@ -296,7 +297,7 @@ class RobotEnv(gym.Env):
         """Whether an observation now would pass `_check_fresh`: a reset waits for one (a loaded host's first frames
         can straddle a camera period) instead of failing on the first."""
         try:
-            self._check_fresh([k for k in self._subs if k != "success"], time.time())
+            self._check_fresh(self._streams, time.time())
         except StaleDataError:
             return False
         return True
@@ -318,8 +319,7 @@ class RobotEnv(gym.Env):
         )  # fmt: skip
 
     def _observe(self) -> dict[str, np.ndarray]:
-        keys = [k for k in self._subs if k != "success"]
-        self._check_fresh(keys, time.time())
+        self._check_fresh(self._streams, time.time())
         state = self.robot_state()
         assert state is not None  # _check_fresh saw both streams
         tcp, stamp = state.tcp_pos, state.stamp
