@@ -47,7 +47,7 @@ def turn_hue(rgb: np.ndarray, degrees: float) -> np.ndarray:
     return np.array(colorsys.hsv_to_rgb((h + degrees / 360.0) % 1.0, s, v), dtype=np.float32)
 
 
-def _shown_rgba(model: mujoco.MjModel) -> np.ndarray:
+def shown_rgba(model: mujoco.MjModel) -> np.ndarray:
     """(ngeom, 4) colours as drawn: the material's while the geom's rgba is the default, else the geom's."""
     rgba = model.geom_rgba.copy()
     mat = model.geom_matid
@@ -93,7 +93,7 @@ class DomainRandomizer:
         self._damping = model.dof_damping.copy()
         self._cam_pos = model.cam_pos.copy()
         self._cam_quat = model.cam_quat.copy()
-        self._rgba = _shown_rgba(model)  # colour jitter's centre (module docstring)
+        self._rgba = shown_rgba(model)  # colour jitter's centre (module docstring)
         self._osc = np.flatnonzero(model.actuator_group == 1)  # the Cartesian impedance actuators (panda.xml)
         self._gain = model.actuator_gainprm[:, 0].copy()
         self._bias = model.actuator_biasprm[:, :3].copy()
@@ -171,7 +171,7 @@ class VisualRandomizer:
     def __init__(
         self, cfg: VisualConfig, model: mujoco.MjModel, object_geoms: np.ndarray, table: int, shown: np.ndarray
     ) -> None:
-        """`shown`: every geom's nominal colour as drawn (`_shown_rgba`)."""
+        """`shown`: every geom's nominal colour as drawn (`shown_rgba`)."""
         self.cfg, self.model = cfg, model
         m = model
         self._table, self._objects, self._shown = table, object_geoms, shown

@@ -12,7 +12,7 @@ from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig, RandomizationConfig, ScriptedExpert
 from robot_rl.sim.config import VisualConfig, nominal
-from robot_rl.sim.randomization import _shown_rgba
+from robot_rl.sim.randomization import shown_rgba
 from robot_rl.sim.rendering import CameraRenderer, gl_available
 from robot_rl.types import EE_FORCE_UNIT_N
 
@@ -239,11 +239,11 @@ def test_object_hue_turns_the_cube_within_its_range_and_leaves_the_table() -> No
     env = make_env(EnvConfig(randomization=RandomizationConfig(visual=VisualConfig(object_hue=90.0))), seed=0)
     m = env.unwrapped.model
     cube, table = m.geom("cube").id, m.geom("table").id
-    table_before = _shown_rgba(m)[table].copy()
+    table_before = shown_rgba(m)[table].copy()
     hues = []
     for seed in range(12):
         env.reset(seed=seed)
-        shown = _shown_rgba(m)
+        shown = shown_rgba(m)
         h, s, _ = colorsys.rgb_to_hsv(*map(float, shown[cube, :3]))
         hues.append((h * 360.0 + 180.0) % 360.0 - 180.0)  # degrees from red, in -180 .. 180
         assert s > 0.5 and np.allclose(shown[table], table_before)
