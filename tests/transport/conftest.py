@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from transport_util import make_episode
 
-os.environ.setdefault("ROBOT_RL_TEST_DOMAIN", str(random.randint(1, 200)))
+os.environ.setdefault("ROBOT_RL_TEST_DOMAIN", str(random.SystemRandom().randint(1, 200)))
 
 from robot_rl.transport import TransportConfig  # noqa: E402
 from robot_rl.types import Transition  # noqa: E402
