@@ -479,10 +479,9 @@ class RobotEnv(gym.Env):
     def _await_answer(self, sent: float) -> None:
         """Lockstep: wait for every stamped stream to carry a stamp after `sent` (the robot advanced on our
         command; its idle re-publications keep their old stamps), then for the success flag sent with it."""
-        stamped = [k for k in self._subs if k != "success"]
 
         def answered() -> bool:
-            return all(k in self._latest and self._stamp(k) > sent for k in stamped)
+            return all(k in self._latest and self._stamp(k) > sent for k in self._streams)
 
         def success_too() -> bool:
             # Bool has no stamp: the robot publishes it right after the pose, so take the first one received with
