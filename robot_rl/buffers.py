@@ -212,27 +212,36 @@ class ReplayBuffer:
         return self.obs["state"][torch.from_numpy(self.valid).to(self.storage)].cpu()
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        d = {f"obs.{k}": v.cpu().numpy() for k, v in self.obs.items()}
-        d.update({f"step.{k}": v.cpu().numpy() for k, v in self.step.items()})
-        d.update(
-            valid=self.valid,
-            counters=np.array([self.cursor, int(self.in_episode), self.n_added], dtype=np.int64),
-        )
+        """The slots filled so far, not the whole ring: storage is allocated at `capacity` up front, and a pixel
+        run's is gigabytes of zeros until it wraps."""
+        n = self._filled()
+        d = {f"obs.{k}": v[:n].cpu().numpy() for k, v in self.obs.items()}
+        d.update({f"step.{k}": v[:n].cpu().numpy() for k, v in self.step.items()})
+        counters = [self.cursor, int(self.in_episode), self.n_added, self.capacity]
+        d.update(valid=self.valid[:n], counters=np.array(counters, dtype=np.int64))
         return d
 
     def load_state_dict(self, d: Mapping[str, np.ndarray]) -> None:
-        if d["valid"].shape[0] != self.capacity:
-            raise ValueError(f"saved buffer capacity {d['valid'].shape[0]} != configured {self.capacity}")
+        counters = [int(x) for x in d["counters"]]
+        capacity = counters[3] if len(counters) > 3 else d["valid"].shape[0]  # saved whole before the capacity
+        if capacity != self.capacity:
+            raise ValueError(f"saved buffer capacity {capacity} != configured {self.capacity}")
         obs = {k[4:]: v for k, v in d.items() if k.startswith("obs.")}
         self._place(sum(v[0].nbytes for v in obs.values()))
-        self.obs = {k: torch.from_numpy(np.array(v)).to(self.storage) for k, v in obs.items()}
-        self.step = {
-            k[5:]: torch.from_numpy(np.array(v)).to(self.storage) for k, v in d.items() if k.startswith("step.")
-        }
-        self.valid = np.array(d["valid"])
-        cursor, in_ep, n_added = (int(x) for x in d["counters"])
-        self.cursor, self.in_episode, self.n_added = cursor, bool(in_ep), n_added
+        self.obs = {k: self._ring(v) for k, v in obs.items()}
+        self.step = {k[5:]: self._ring(v) for k, v in d.items() if k.startswith("step.")}
+        self.valid = np.zeros(capacity, dtype=bool)
+        self.valid[: len(d["valid"])] = d["valid"]
+        self.cursor, in_ep, self.n_added = counters[:3]
+        self.in_episode = bool(in_ep)
         self._last_next = None  # a resumed stream starts a new sequence
+
+    def _ring(self, filled: np.ndarray) -> torch.Tensor:
+        """Saved slots back into a ring of `capacity` on the storage device."""
+        ring = torch.zeros((self.capacity, *filled.shape[1:]), dtype=torch.from_numpy(filled[:0]).dtype,
+                           device=self.storage)  # fmt: skip
+        ring[: len(filled)] = torch.from_numpy(np.asarray(filled))
+        return ring
 
     def save(self, path: Path) -> None:
         """Uncompressed npz: frames are uint8 already and resume speed matters more than disk."""

@@ -1,6 +1,7 @@
 """Replay: frames stored once, next_obs correct across episode ends and ring wrap-around, save/restore."""
 
 import numpy as np
+import pytest
 import torch
 
 from robot_rl.buffers import MixedSampler, ReplayBuffer
@@ -82,12 +83,37 @@ def test_save_restore_roundtrip(tmp_path) -> None:
     for t in episode(0, 7):
         buf.add(t)
     buf.save(tmp_path / "b.npz")
+    with np.load(tmp_path / "b.npz") as saved:  # the filled slots, not the ring's capacity of zeros
+        assert len(saved["obs.state"]) == len(saved["valid"]) == buf.cursor + 1 < 40
     other = ReplayBuffer(40, seed=3)
     other.load(tmp_path / "b.npz")
     assert len(other) == len(buf) and other.cursor == buf.cursor
     for t in episode(200, 3):
         other.add(t)
     check(other)
+
+
+def test_a_wrapped_buffer_and_one_saved_whole_restore_as_they_were(tmp_path) -> None:
+    buf = ReplayBuffer(16, seed=3)
+    for start in (0, 100, 200):
+        for t in episode(start, 7):
+            buf.add(t)
+    whole = buf.state_dict()
+    n = len(whole["valid"])
+    assert n == 16  # wrapped: every slot
+    half = ReplayBuffer(16, seed=3)
+    for t in episode(0, 5):
+        half.add(t)
+    old = half.state_dict()  # as saved before the capacity counter: every array at capacity, three counters
+    old = {k: np.concatenate([v, np.zeros((16 - len(v), *v.shape[1:]), v.dtype)]) if k != "counters" else v[:3]
+           for k, v in old.items()}  # fmt: skip
+    for d, src in ((whole, buf), (old, half)):
+        other = ReplayBuffer(16, seed=3)
+        other.load_state_dict(d)
+        assert (other.valid == src.valid).all() and other.cursor == src.cursor and len(other) == len(src)
+        assert torch.equal(other.obs["state"], src.obs["state"])
+    with pytest.raises(ValueError, match="capacity 16 != configured 32"):
+        ReplayBuffer(32).load_state_dict(whole)
 
 
 def test_mixed_sampler_ratio() -> None:
