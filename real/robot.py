@@ -7,9 +7,9 @@ observation from the newest messages. Every stream used in an observation must b
 `cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
 a policy never acts on old data. A latched safety fault (e-stop, watchdog, limits) raises `SafetyStop` after
 the hold command went out; `reset()` clears it once the e-stop is released. Success comes from a streaming
-success topic (checked like the state), from an event topic (`cfg.success_event`: an operator button, never
-stale), or from nothing (`judges_success` False: the run's classifier or a person's key judges, `ClassifierReward`
-or the actor).
+success topic (checked like the state; a Bool has no stamp, so its age counts from the poll that took it), from an
+event topic (`cfg.success_event`: an operator button, never stale), or from nothing (`judges_success` False: the
+run's classifier or a person's key judges, `ClassifierReward` or the actor).
 
 With `cfg.lockstep` (a sim robot that advances one control period per command) a step waits for the state
 stamped after its command instead of sleeping, so it runs as fast as both sides compute; ages are not checked
@@ -281,17 +281,25 @@ class RobotEnv(gym.Env):
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
         stamps = {k: self._stamp(k) for k in keys}
         for k, s in stamps.items() if not self.cfg.lockstep else ():
-            clock = self._clocks.get(k, StreamClock())
-            tol = self.cfg.staleness_s + clock.spread  # the stream's own period and jitter, plus transport latency
+            tol, why = self._age_limit(k)
             if now - s > tol:
-                rate = f"it streams every {clock.period:.3f}s (+-{clock.jitter:.3f}s)"
-                raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {rate}, limit {tol:.3f}s")
+                raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {why}, limit {tol:.3f}s")
         stamped = {k: s for k, s in stamps.items() if k != "success"}
         spread = max(stamped.values()) - min(stamped.values()) if stamped else 0.0
         tol = self.cfg.align_tol_s + max((self._clocks[k].spread for k in stamped), default=0.0)
         if spread > tol:
             raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (limit {tol:.3f}s: "
                                  f"align_tol_s + the slowest stream's period and jitter)")  # fmt: skip
+
+    def _age_limit(self, key: str) -> tuple[float, str]:
+        """How old a stream's newest message may be, and why: transport latency (`staleness_s`) plus the stream's
+        own period and jitter. The success flag has no stamp: its age counts from the poll that took it, and a
+        real-time step polls once a control period."""
+        if key == "success":
+            period = self.rate.period
+            return self.cfg.staleness_s + period, f"it has no stamp and is polled every {period:.3f}s"
+        clock = self._clocks[key]
+        return self.cfg.staleness_s + clock.spread, f"it streams every {clock.period:.3f}s (+-{clock.jitter:.3f}s)"
 
     def _aligned(self) -> bool:
         """Whether an observation now would pass `_check_fresh`: a reset waits for one (a loaded host's first frames

@@ -318,6 +318,25 @@ def test_a_10hz_camera_is_on_time_and_a_stopped_stream_is_late(robot_cfg) -> Non
         s.close()
 
 
+def test_the_success_flag_is_on_time_for_a_control_period_as_it_carries_no_stamp(robot_cfg) -> None:
+    """A Bool has no stamp: its age counts from the poll that took it, and a real-time step polls once a control
+    period, so a flag that missed one poll is a period old. Its limit adds that period, as a stamped stream's adds
+    its own (a fixed 0.1 s aborted a loaded host's episode on a flag 0.102 s old); a stopped flag is late."""
+    s = Served(robot_cfg)
+    try:
+        env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=10.0))
+        env.reset(seed=4)
+        for _ in range(3):
+            env.step(np.zeros(4))
+        received = env._latest["success"][1]
+        env._check_fresh(["success"], received + 0.19)  # one missed poll: on time
+        with pytest.raises(StaleDataError, match=r"success: newest is 0.21\ds old; it has no stamp"):
+            env._check_fresh(["success"], received + 0.21)
+        env.close()
+    finally:
+        s.close()
+
+
 def test_stream_clock_learns_period_and_jitter_and_skips_gaps_and_repeats() -> None:
     from robot_rl.real.timing import StreamClock
 
