@@ -228,19 +228,18 @@ class ReplayBuffer:
             raise ValueError(f"saved buffer capacity {capacity} != configured {self.capacity}")
         obs = {k[4:]: v for k, v in d.items() if k.startswith("obs.")}
         self._place(sum(v[0].nbytes for v in obs.values()))
-        self.obs = {k: self._ring(v) for k, v in obs.items()}
-        self.step = {k[5:]: self._ring(v) for k, v in d.items() if k.startswith("step.")}
+        self.obs = {k: self._ring(torch.from_numpy(v)) for k, v in obs.items()}
+        self.step = {k[5:]: self._ring(torch.from_numpy(v)) for k, v in d.items() if k.startswith("step.")}
         self.valid = np.zeros(capacity, dtype=bool)
         self.valid[: len(d["valid"])] = d["valid"]
         self.cursor, in_ep, self.n_added = counters[:3]
         self.in_episode = bool(in_ep)
         self._last_next = None  # a resumed stream starts a new sequence
 
-    def _ring(self, filled: np.ndarray) -> torch.Tensor:
+    def _ring(self, filled: torch.Tensor) -> torch.Tensor:
         """Saved slots back into a ring of `capacity` on the storage device."""
-        ring = torch.zeros((self.capacity, *filled.shape[1:]), dtype=torch.from_numpy(filled[:0]).dtype,
-                           device=self.storage)  # fmt: skip
-        ring[: len(filled)] = torch.from_numpy(np.asarray(filled))
+        ring = filled.new_zeros((self.capacity, *filled.shape[1:]), device=self.storage)
+        ring[: len(filled)] = filled
         return ring
 
     def save(self, path: Path) -> None:
