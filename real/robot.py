@@ -284,7 +284,7 @@ class RobotEnv(gym.Env):
             tol, why = self._age_limit(k)
             if now - s > tol:
                 raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {why}, limit {tol:.3f}s")
-        stamped = {k: s for k, s in stamps.items() if k != "success"}
+        stamped = {k: s for k, s in stamps.items() if k in self._streams}
         spread = max(stamped.values()) - min(stamped.values()) if stamped else 0.0
         tol = self.cfg.align_tol_s + max((self._clocks[k].spread for k in stamped), default=0.0)
         if spread > tol:
