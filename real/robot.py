@@ -204,8 +204,11 @@ class RobotEnv(gym.Env):
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
             self._subs[f"camera:{name}"] = self.tx.subscription(cam.topic, kind, SENSOR_QOS)
+        # The streaming success flag: a Bool has no stamp, so its age counts from the poll that took it.
+        self._flag = None
         if cfg.success_topic and not cfg.success_event:
-            self._subs["success"] = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
+            self._flag = self.tx.subscription(cfg.success_topic, msgs.BOOL, SENSOR_QOS)
+        self._flag_seen: tuple[Any, float] | None = None  # (message, local receive time)
         # A button publishes only when pressed, with whatever QoS its node has: the volatile best-effort reader
         # matches every publisher, and a press from before this node started is no verdict on this episode.
         self._button = None
@@ -223,12 +226,11 @@ class RobotEnv(gym.Env):
         self._grip_pub = self.tx.publisher(cfg.gripper_topic, msgs.FLOAT64, COMMAND_QOS)
         self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)
-        self._latest: dict[str, tuple[Any, float]] = {}  # key -> (message, local receive time)
+        self._latest: dict[str, tuple[Any, float]] = {}  # stream -> (message, local receive time)
         # The largest force on the hand (N) in any wrench message of this episode: `info["peak_ee_force"]`, what
         # evaluation reports (a lockstep sim robot sends one per control period, a driver one per state sample).
         self._peak_force = 0.0
-        self._streams = [k for k in self._subs if k != "success"]  # what an observation reads
-        self._clocks = {k: StreamClock() for k in self._streams}  # each stream's measured rate
+        self._clocks = {k: StreamClock() for k in self._subs}  # each stream's measured rate
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
@@ -253,10 +255,12 @@ class RobotEnv(gym.Env):
             got = sub.take()
             if got:
                 self._latest[key] = (got[-1], now)
-                for m in got if key != "success" else ():
+                for m in got:
                     self._clocks[key].add(msgs.stamp_of(m))
                 if key == "wrench":
                     self._peak_force = max([self._peak_force, *(float(np.linalg.norm(msgs.force_of(m))) for m in got)])
+        if self._flag is not None and (got := self._flag.take()):
+            self._flag_seen = (got[-1], now)
         if self._button is not None and any(m.data for m in self._button.take()):
             self._pressed = True
         if self._estop.poll():
@@ -272,40 +276,43 @@ class RobotEnv(gym.Env):
             self._reset_done.append((int(m.data), now))
 
     def _stamp(self, key: str) -> float:
-        msg, received = self._latest[key]
-        return received if key == "success" else msgs.stamp_of(msg)
+        return msgs.stamp_of(self._latest[key][0])
 
-    def _check_fresh(self, keys: list[str], now: float) -> None:
-        missing = [k for k in keys if k not in self._latest]
+    def _check_fresh(self, now: float) -> None:
+        """Every stream an observation reads is young enough (`_age_limit`) and all agree in time."""
+        missing = [k for k in self._subs if k not in self._latest]
         if missing:
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
-        stamps = {k: self._stamp(k) for k in keys}
+        stamps = {k: self._stamp(k) for k in self._subs}
         for k, s in stamps.items() if not self.cfg.lockstep else ():
             tol, why = self._age_limit(k)
             if now - s > tol:
                 raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {why}, limit {tol:.3f}s")
-        stamped = {k: s for k, s in stamps.items() if k in self._streams}
-        spread = max(stamped.values()) - min(stamped.values()) if stamped else 0.0
-        tol = self.cfg.align_tol_s + max((self._clocks[k].spread for k in stamped), default=0.0)
+        spread = max(stamps.values()) - min(stamps.values())
+        tol = self.cfg.align_tol_s + max(self._clocks[k].spread for k in stamps)
         if spread > tol:
-            raise StaleDataError(f"streams {sorted(stamped)} are {spread:.3f}s apart (limit {tol:.3f}s: "
+            raise StaleDataError(f"streams {sorted(stamps)} are {spread:.3f}s apart (limit {tol:.3f}s: "
                                  f"align_tol_s + the slowest stream's period and jitter)")  # fmt: skip
 
     def _age_limit(self, key: str) -> tuple[float, str]:
         """How old a stream's newest message may be, and why: transport latency (`staleness_s`) plus the stream's
-        own period and jitter. The success flag has no stamp: its age counts from the poll that took it, and a
-        real-time step polls once a control period."""
-        if key == "success":
-            period = self.rate.period
-            return self.cfg.staleness_s + period, f"it has no stamp and is polled every {period:.3f}s"
+        own period and jitter."""
         clock = self._clocks[key]
         return self.cfg.staleness_s + clock.spread, f"it streams every {clock.period:.3f}s (+-{clock.jitter:.3f}s)"
+
+    def _silent_since(self, since: float) -> list[str]:
+        """The topics, the success flag's included, that brought nothing after `since` (local receive time)."""
+        heard = {self._topic(k): got[1] for k, got in self._latest.items()}
+        if self._flag is not None and self._flag_seen is not None:
+            heard[self._flag.topic] = self._flag_seen[1]
+        topics = [self._topic(k) for k in self._subs] + ([self._flag.topic] if self._flag is not None else [])
+        return [t for t in topics if heard.get(t, -math.inf) <= since]
 
     def _aligned(self) -> bool:
         """Whether an observation now would pass `_check_fresh`: a reset waits for one (a loaded host's first frames
         can straddle a camera period) instead of failing on the first."""
         try:
-            self._check_fresh(self._streams, time.time())
+            self._check_fresh(time.time())
         except StaleDataError:
             return False
         return True
@@ -327,7 +334,7 @@ class RobotEnv(gym.Env):
         )  # fmt: skip
 
     def _observe(self) -> dict[str, np.ndarray]:
-        self._check_fresh(self._streams, time.time())
+        self._check_fresh(time.time())
         state = self.robot_state()
         assert state is not None  # _check_fresh saw both streams
         tcp, stamp = state.tcp_pos, state.stamp
@@ -393,12 +400,21 @@ class RobotEnv(gym.Env):
         return bool(self.cfg.success_topic)
 
     def _success(self) -> bool:
+        """The button since the reset, or the newest success flag. The flag's age counts from the poll that took
+        it, and a real-time step polls once a control period: its limit adds that period to transport latency, as
+        a stamped stream's adds the stream's own."""
         if self._button is not None:
             return self._pressed
-        if "success" not in self._subs:
+        if self._flag is None:
             return False
-        self._check_fresh(["success"], time.time())
-        return bool(self._latest["success"][0].data)
+        if self._flag_seen is None:
+            raise StaleDataError(f"no message yet on {[self._flag.topic]}")
+        msg, received = self._flag_seen
+        age, period = time.time() - received, self.rate.period
+        if not self.cfg.lockstep and age > (limit := self.cfg.staleness_s + period):
+            raise StaleDataError(f"{self._flag.topic}: newest is {age:.3f}s old; it has no stamp and is polled every "
+                                 f"{period:.3f}s, limit {limit:.3f}s")  # fmt: skip
+        return bool(msg.data)
 
     # ------------------------------------------------------------------------------------------ commands
 
@@ -489,12 +505,12 @@ class RobotEnv(gym.Env):
         command; its idle re-publications keep their old stamps), then for the success flag sent with it."""
 
         def answered() -> bool:
-            return all(k in self._latest and self._stamp(k) > sent for k in self._streams)
+            return all(k in self._latest and self._stamp(k) > sent for k in self._subs)
 
         def success_too() -> bool:
             # Bool has no stamp: the robot publishes it right after the pose, so take the first one received with
             # or after the answering pose (an idle re-publication is older: the robot was busy advancing).
-            return "success" not in self._subs or self._latest["success"][1] >= self._latest["ee"][1]
+            return self._flag is None or bool(self._flag_seen and self._flag_seen[1] >= self._latest["ee"][1])
 
         try:
             self._wait_for(answered, "state stamped after the command (lockstep)")
@@ -533,12 +549,9 @@ class RobotEnv(gym.Env):
                 self.operator_prompt(f"[{self.cfg.name}] reset the scene (object, robot), then press Enter ")
             since = time.time()
 
-            def ready() -> bool:
-                return all(k in self._latest and self._latest[k][1] > since for k in self._subs) and self._aligned()
-
-            self._wait_for(ready, "fresh, aligned state")
+            self._wait_for(lambda: not self._silent_since(since) and self._aligned(), "fresh, aligned state")
         except TimeoutError as e:
-            silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
+            silent = self._silent_since(since)
             hint = " (a sim robot publishes cameras only with --cameras)" if any("camera" in t for t in silent) else ""
             raise StaleDataError(f"{e}; nothing fresh on {silent}{hint}" if silent else str(e)) from None
         if self._robot_estop:  # the robot answered the reset and still holds its e-stop (its status is latched)
