@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from robot_rl.loop.actor import Actor, EpisodeResult, EpisodeStats
+from robot_rl.real.timing import frozen_heap
 from robot_rl.types import Transition
 
 if TYPE_CHECKING:
@@ -136,42 +137,46 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
     # Each time the actor releases the GIL (a torch op, a ROS call, its sleep) a busy learner holds it until the
     # switch interval ends: at CPython's 5 ms, 30-odd waits a step made steps 0.19 s long under a learner stall
     # of pure Python, and the sim robot's 0.25 s watchdog held the arm. 0.5 ms keeps them at the period.
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(_SWITCH_S)
-    arm = ActorThread(actor, human, learner.env_steps)
-    pushed = (learner.env_steps, learner.updates)  # the env step and the version of the last weights pushed
+    # A full collection walking the start-up's heap (torch, MuJoCo, the config: ~390k objects) holds the GIL for
+    # ~250 ms, the sim robot's whole watchdog: the heap is frozen, as in deploy.
+    with frozen_heap():
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(_SWITCH_S)
+        arm = ActorThread(actor, human, learner.env_steps)
+        pushed = (learner.env_steps, learner.updates)  # the env step and the version of the last weights pushed
 
-    def update() -> bool:
-        if learner.updates_due <= 0:
-            return False
-        learner.update()
-        return True
+        def update() -> bool:
+            if learner.updates_due <= 0:
+                return False
+            learner.update()
+            return True
 
-    try:
-        while not run.done:
-            # Transitions first, one update between takes: a checkpoint or evaluation is never later than one update.
-            for t, episode in arm.take(timeout_s=0.0 if learner.updates_due > 0 else 0.05):
-                learner.add(t)
-                stats.steps += 1
-                stats.intervened_steps += int(t.intervened)
-                stats.aborted = actor.stats.aborted
-                if episode is not None:
-                    stats.record(episode.success, episode.length, episode.interventions)
-                evaluating = loop.eval_every and learner.env_steps % loop.eval_every == 0
-                if evaluating:  # the arm is the evaluation's from the end of the actor's episode
-                    arm.park(update)
-                run.after_step(stats)
-                if run.done:
-                    break  # the rest was acted past the budget: not trained on
-                if evaluating:
-                    arm.resume()
-            if not run.done:
-                update()
-                if learner.updates > pushed[1] and learner.env_steps - pushed[0] >= loop.sync_every:
-                    arm.push(learner.policy_weights(), learner.updates)
-                    pushed = (learner.env_steps, learner.updates)
-        arm.park()  # the episode under way ends at the control rate: the final evaluation resets an idle arm
-    finally:
-        arm.close()
-        sys.setswitchinterval(switch)
-        stats.aborted = actor.stats.aborted  # including any after the last transition taken
+        try:
+            while not run.done:
+                # Transitions first, one update between takes: a checkpoint or evaluation is never later than one
+                # update.
+                for t, episode in arm.take(timeout_s=0.0 if learner.updates_due > 0 else 0.05):
+                    learner.add(t)
+                    stats.steps += 1
+                    stats.intervened_steps += int(t.intervened)
+                    stats.aborted = actor.stats.aborted
+                    if episode is not None:
+                        stats.record(episode.success, episode.length, episode.interventions)
+                    evaluating = loop.eval_every and learner.env_steps % loop.eval_every == 0
+                    if evaluating:  # the arm is the evaluation's from the end of the actor's episode
+                        arm.park(update)
+                    run.after_step(stats)
+                    if run.done:
+                        break  # the rest was acted past the budget: not trained on
+                    if evaluating:
+                        arm.resume()
+                if not run.done:
+                    update()
+                    if learner.updates > pushed[1] and learner.env_steps - pushed[0] >= loop.sync_every:
+                        arm.push(learner.policy_weights(), learner.updates)
+                        pushed = (learner.env_steps, learner.updates)
+            arm.park()  # the episode under way ends at the control rate: the final evaluation resets an idle arm
+        finally:
+            arm.close()
+            sys.setswitchinterval(switch)
+            stats.aborted = actor.stats.aborted  # including any after the last transition taken
