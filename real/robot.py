@@ -284,10 +284,8 @@ class RobotEnv(gym.Env):
         if missing:
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
         stamps = {k: self._stamp(k) for k in self._subs}
-        for k, s in stamps.items() if not self.cfg.lockstep else ():
-            tol, why = self._age_limit(k)
-            if now - s > tol:
-                raise StaleDataError(f"{self._topic(k)}: newest is {now - s:.3f}s old; {why}, limit {tol:.3f}s")
+        for k, s in stamps.items():
+            self._check_age(self._topic(k), now - s, *self._age_limit(k))
         spread = max(stamps.values()) - min(stamps.values())
         tol = self.cfg.align_tol_s + max(self._clocks[k].spread for k in stamps)
         if spread > tol:
@@ -300,13 +298,17 @@ class RobotEnv(gym.Env):
         clock = self._clocks[key]
         return self.cfg.staleness_s + clock.spread, f"it streams every {clock.period:.3f}s (+-{clock.jitter:.3f}s)"
 
+    def _check_age(self, topic: str, age: float, limit: float, why: str) -> None:
+        """A newest message older than `limit` is stale; never in lockstep, where the robot's world waits for us."""
+        if not self.cfg.lockstep and age > limit:
+            raise StaleDataError(f"{topic}: newest is {age:.3f}s old; {why}, limit {limit:.3f}s")
+
     def _silent_since(self, since: float) -> list[str]:
         """The topics, the success flag's included, that brought nothing after `since` (local receive time)."""
-        heard = {self._topic(k): got[1] for k, got in self._latest.items()}
-        if self._flag is not None and self._flag_seen is not None:
-            heard[self._flag.topic] = self._flag_seen[1]
-        topics = [self._topic(k) for k in self._subs] + ([self._flag.topic] if self._flag is not None else [])
-        return [t for t in topics if heard.get(t, -math.inf) <= since]
+        silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
+        if self._flag is not None and (self._flag_seen is None or self._flag_seen[1] <= since):
+            silent.append(self._flag.topic)
+        return silent
 
     def _aligned(self) -> bool:
         """Whether an observation now would pass `_check_fresh`: a reset waits for one (a loaded host's first frames
@@ -410,10 +412,9 @@ class RobotEnv(gym.Env):
         if self._flag_seen is None:
             raise StaleDataError(f"no message yet on {[self._flag.topic]}")
         msg, received = self._flag_seen
-        age, period = time.time() - received, self.rate.period
-        if not self.cfg.lockstep and age > (limit := self.cfg.staleness_s + period):
-            raise StaleDataError(f"{self._flag.topic}: newest is {age:.3f}s old; it has no stamp and is polled every "
-                                 f"{period:.3f}s, limit {limit:.3f}s")  # fmt: skip
+        period = self.rate.period
+        self._check_age(self._flag.topic, time.time() - received, self.cfg.staleness_s + period,
+                        f"it has no stamp and is polled every {period:.3f}s")  # fmt: skip
         return bool(msg.data)
 
     # ------------------------------------------------------------------------------------------ commands

@@ -153,8 +153,7 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
 
         try:
             while not run.done:
-                # Transitions first, one update between takes: a checkpoint or evaluation is never later than one
-                # update.
+                # Transitions first, one update between takes: checkpoints and evaluations wait one update at most.
                 for t, episode in arm.take(timeout_s=0.0 if learner.updates_due > 0 else 0.05):
                     learner.add(t)
                     stats.steps += 1
