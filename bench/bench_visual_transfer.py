@@ -9,10 +9,11 @@ where it fails, the cell is not solvable as posed. Cells report success with a W
 nominal success of the same policy with a bootstrap 95 % CI.
 
 Run: `.venv/bin/python bench/bench_visual_transfer.py [--checkpoint RUN_OR_CKPT ...] [--seeds 2] [--episodes 40]
-[--preset visual] [--minutes 15] [--quick]`; also `bench/run.py --only visual_transfer`. Without checkpoints it trains
-`obs=pixels env.for_robot=sim` PickCube runs with the preset, one per seed, side by side for `--minutes` of wall
-clock (#27's acceptance 1: two seeds, 15 minutes, this 2-core box), then runs the suite on them. `--quick`: the
-expert alone, 2 episodes a cell (a smoke run, seconds). Writes `bench/results/visual_transfer.json` and `.md`.
+[--preset visual] [--minutes 15] [--set KEY=VALUE ...] [--quick]`; also `bench/run.py --only visual_transfer`.
+Without checkpoints it trains `obs=pixels env.for_robot=sim` PickCube runs with the preset, one per seed, side by
+side for `--minutes` of wall clock (#27's acceptance 1: two seeds, 15 minutes, this 2-core box), then runs the suite
+on them; `--set` passes an override to their `train` (a learner variant: `--set sac.utd=1`). `--quick`: the expert
+alone, 2 episodes a cell (a smoke run, seconds). Writes `bench/results/visual_transfer.json` and `.md`.
 """
 
 from __future__ import annotations
@@ -64,19 +65,19 @@ def randomization(base, fields: dict):
     return nominal(base, **fields)
 
 
-def train(runs: list[Path], preset: str, threads: int, minutes: float) -> list[dict]:
+def train(runs: list[Path], preset: str, threads: int, minutes: float, overrides: tuple[str, ...] = ()) -> list[dict]:
     """`obs=pixels env.for_robot=sim` PickCube runs with the preset, seed i in `runs[i]`, side by side: as acceptance 1
     of #27 measures them, `minutes` of wall clock each, start-up included (the clock, not a step budget or early stop,
     ends them). An evaluation every 5000 env steps, not 1000: with no early stop they only draw the curve, and at 40
-    episodes each they took up to a sixth of the clock. `threads` 0: the cores split between the runs. Returns their
-    summaries; each run's output is in `<run>.log` beside it."""
+    episodes each they took up to a sixth of the clock. `threads` 0: the cores split between the runs; `overrides`
+    come last. Returns their summaries; each run's output is in `<run>.log` beside it."""
     threads = threads or max(1, (os.cpu_count() or 1) // len(runs))
     procs = []
     for seed, run_dir in enumerate(runs):
         cmd = [sys.executable, "-m", "robot_rl.cli", "train", "task=pick_cube", "obs=pixels", "env.for_robot=sim",
                f"randomization={preset}", f"run_dir={run_dir}", f"seed={seed}", f"threads={threads}",
                f"loop.max_minutes={minutes}", "loop.env_steps=200000", "loop.stop_at_success=2",
-               "loop.eval_every=5000", "loop.checkpoint_every=0"]  # fmt: skip
+               "loop.eval_every=5000", "loop.checkpoint_every=0", *overrides]  # fmt: skip
         with open(run_dir.with_suffix(".log"), "w") as log:
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
     for p, run_dir in zip(procs, runs, strict=True):
@@ -145,9 +146,9 @@ def to_markdown(rows: list[dict]) -> str:
 
 def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
          preset: str = "visual", minutes: float = 15.0, threads: int = 0,
-         out: Path | None = None, expert: bool = True) -> list[dict]:  # fmt: skip
+         out: Path | None = None, expert: bool = True, overrides: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
     """The expert rows (unless not `expert`) and one column per checkpoint; without checkpoints (and not `quick`),
-    `seeds` runs trained with `preset` first."""
+    `seeds` runs trained with `preset` (and `overrides`) first."""
     episodes = episodes or (2 if quick else 40)
     rows, trained = [], []
     if expert:
@@ -156,7 +157,7 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
         runs = list(checkpoints)
         if not runs and not quick:
             runs = [Path(tmp) / f"s{s}" for s in range(seeds)]
-            trained = train(runs, preset, threads, minutes)
+            trained = train(runs, preset, threads, minutes, overrides)
         for i, ckpt in enumerate(runs):
             name = f"{preset} s{i}" if not checkpoints else f"{Path(ckpt).name}"
             rows += measure(name, Path(ckpt), episodes)
@@ -166,6 +167,7 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
             "shifts": SHIFTS,
             "checkpoints": [str(c) for c in checkpoints],
             "trained": trained,
+            "overrides": list(overrides),
             "episodes": episodes,
             "rows": rows,
         }
@@ -183,7 +185,10 @@ if __name__ == "__main__":
     p.add_argument("--preset", default="visual", help="their randomisation preset")
     p.add_argument("--minutes", type=float, default=15.0, help="wall clock of each training run (side by side)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of each run (0: the cores split)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for the training runs")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
-    result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out)
+    result = main(
+        a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out, overrides=tuple(a.set)
+    )
     print(to_markdown(result))
