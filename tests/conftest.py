@@ -23,6 +23,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture
+def domain() -> int:
+    from plain_ros import random_domain  # rclpy only once the discovery range above is set
+
+    return random_domain()
+
+
 @pytest.fixture(scope="session")
 def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One short PickCube training run (~40 s on 2 cores) shared by the learning test and the deployment

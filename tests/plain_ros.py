@@ -1,10 +1,11 @@
 """A plain rclpy node, written the way any ROS 2 user would: generated message classes, callbacks, an executor,
 default or sensor-data QoS, default Fast DDS settings. It imports nothing from robot_rl, so what it accepts is what
-a stock ROS 2 graph accepts."""
+a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's processes."""
 
 from __future__ import annotations
 
 import importlib
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,16 @@ QOS = {
     "sensor": qos_profile_sensor_data,
     "latched": QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL),
 }
+
+# Not the global `random`: an in-process `train` seeds it, and two tests drawing after the same seed would share a
+# domain, and with it the other's latched messages (an e-stop left pressed).
+_DRAW = random.SystemRandom()
+
+
+def random_domain(top: int = 200) -> int:
+    """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host).
+    DDS takes 0-232; the in-process bus takes any int, so its tests draw wider."""
+    return _DRAW.randint(1, top)
 
 
 def msg_type(ros_type: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -17,11 +16,6 @@ from robot_rl.transport import TransitionReceiver, TransportConfig, make_transpo
 from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def domain() -> int:
-    return random.SystemRandom().randint(1, 200)  # apart from the global random an in-process train seeds
 
 
 def common(domain: int, steps: int) -> list[str]:

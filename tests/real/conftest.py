@@ -1,16 +1,10 @@
-"""A random ROS domain per test (discovery stays on this host: tests/conftest.py), one trained checkpoint."""
+"""One trained checkpoint for tests/real (each test's ROS domain: the `domain` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from real_util import random_domain
-
-
-@pytest.fixture
-def domain() -> int:
-    return random_domain()
 
 
 @pytest.fixture(scope="session")

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from plain_ros import random_domain
+
 from robot_rl.real.config import RobotConfig, load_robot_config
-
-# Not the global `random`: an in-process `train` seeds it, and two tests drawing after the same seed would share a
-# domain, and with it the other's latched messages (an e-stop left pressed).
-_DRAW = random.SystemRandom()
-
-
-def random_domain() -> int:
-    """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host)."""
-    return _DRAW.randint(1, 200)
 
 
 def inproc_robot(*overrides: str) -> RobotConfig:
-    """The sim robot's config on the in-process transport, in a domain of its own (that bus has no DDS limit on
-    domain ids: a wider draw)."""
-    return load_robot_config("sim", [f"domain_id={_DRAW.randint(1000, 100000)}", "backend=inproc", *overrides])
+    """The sim robot's config on the in-process transport, in a domain of its own."""
+    return load_robot_config("sim", [f"domain_id={random_domain(100_000)}", "backend=inproc", *overrides])
 
 
 def spawn(*args: str) -> subprocess.Popen:

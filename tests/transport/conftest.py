@@ -1,24 +1,20 @@
-"""ROS 2 (rclpy) on this host only, with a random domain per session, inherited by spawned subprocesses."""
+"""Transport configs on rclpy, in each test's own ROS domain (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import random
 from collections.abc import Callable, Iterator
 
 import pytest
 from transport_util import make_episode
 
-os.environ.setdefault("ROBOT_RL_TEST_DOMAIN", str(random.SystemRandom().randint(1, 200)))
-
-from robot_rl.transport import TransportConfig  # noqa: E402
-from robot_rl.types import Transition  # noqa: E402
+from robot_rl.transport import TransportConfig
+from robot_rl.types import Transition
 
 
 @pytest.fixture
-def cfg() -> Callable[..., TransportConfig]:
+def cfg(domain: int) -> Callable[..., TransportConfig]:
     def make(**kw: object) -> TransportConfig:
-        base = dict(backend="rclpy", domain_id=int(os.environ["ROBOT_RL_TEST_DOMAIN"]), task="reach")
+        base = dict(backend="rclpy", domain_id=domain, task="reach")
         return TransportConfig(**{**base, **kw})  # type: ignore[arg-type]
 
     return make
