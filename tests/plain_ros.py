@@ -26,10 +26,10 @@ QOS = {
 _DRAW = random.SystemRandom()
 
 
-def random_domain(top: int = 200) -> int:
+def random_domain(lo: int = 1, hi: int = 200) -> int:
     """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host).
     DDS takes 0-232; the in-process bus takes any int, so its tests draw wider."""
-    return _DRAW.randint(1, top)
+    return _DRAW.randint(lo, hi)
 
 
 def msg_type(ros_type: str) -> Any:

@@ -14,8 +14,9 @@ from robot_rl.real.config import RobotConfig, load_robot_config
 
 
 def inproc_robot(*overrides: str) -> RobotConfig:
-    """The sim robot's config on the in-process transport, in a domain of its own."""
-    return load_robot_config("sim", [f"domain_id={random_domain(100_000)}", "backend=inproc", *overrides])
+    """The sim robot's config on the in-process transport, in a domain of its own: drawn from 1000 up, apart from the
+    DDS draws and the fixed ids of the bus's own tests (tests/transport)."""
+    return load_robot_config("sim", [f"domain_id={random_domain(1000, 100_000)}", "backend=inproc", *overrides])
 
 
 def spawn(*args: str) -> subprocess.Popen:
