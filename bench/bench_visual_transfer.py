@@ -130,10 +130,17 @@ def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = Fals
 
 
 def to_markdown(rows: list[dict]) -> str:
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
-    cells = {(r["policy"], r["shift"]): r for r in rows}
+    policies = list(dict.fromkeys(r["policy"] for r in rows if "policy" in r))
+    cells = {(r["policy"], r["shift"]): r for r in rows if "policy" in r}
+    trained = {r["bench"].removesuffix(" training"): r for r in rows if "policy" not in r}
     out = ["success [95 % CI] / kept [95 % CI]", "", "| shift | " + " | ".join(policies) + " |",
            "|---" * (len(policies) + 1) + "|"]  # fmt: skip
+    if trained:
+        line = [
+            f"{trained[p]['env_steps']} / {trained[p]['final_success_rate']:.2f}" if p in trained else ""
+            for p in policies
+        ]
+        out.append("| env steps trained / final nominal | " + " | ".join(line) + " |")
     for shift in ("nominal", *SHIFTS):
         line = [shift]
         for p in policies:
@@ -158,6 +165,8 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
         if not runs and not quick:
             runs = [Path(tmp) / f"s{s}" for s in range(seeds)]
             trained = train(runs, preset, threads, minutes, overrides)
+        # What each run bought in its minutes (env steps, start-up, final nominal success), beside its cells.
+        rows += [{"bench": f"{preset} s{t['seed']} training", **t} for t in trained]
         for i, ckpt in enumerate(runs):
             name = f"{preset} s{i}" if not checkpoints else f"{Path(ckpt).name}"
             rows += measure(name, Path(ckpt), episodes)

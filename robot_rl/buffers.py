@@ -215,8 +215,9 @@ class ReplayBuffer:
         """The slots filled so far, not the whole ring: storage is allocated at `capacity` up front, and a pixel
         run's is gigabytes of zeros until it wraps."""
         n = self._filled()
-        d = {f"obs.{k}": v[:n].cpu().numpy() for k, v in self.obs.items()}
-        d.update({f"step.{k}": v[:n].cpu().numpy() for k, v in self.step.items()})
+        d = {f"obs.{k}": _to_numpy(v[:n]) for k, v in self.obs.items()}
+        d.update({f"step.{k}": _to_numpy(v[:n]) for k, v in self.step.items()})
+        d["bfloat16"] = np.array([k for k, v in (*self.obs.items(), *self.step.items()) if v.dtype == torch.bfloat16])
         counters = [self.cursor, int(self.in_episode), self.n_added, self.capacity]
         d.update(valid=self.valid[:n], counters=np.array(counters, dtype=np.int64))
         return d
@@ -226,10 +227,11 @@ class ReplayBuffer:
         capacity = counters[3] if len(counters) > 3 else d["valid"].shape[0]  # saved whole before the capacity
         if capacity != self.capacity:
             raise ValueError(f"saved buffer capacity {capacity} != configured {self.capacity}")
+        bf16 = set(d["bfloat16"].tolist()) if "bfloat16" in d else set()
         obs = {k[4:]: v for k, v in d.items() if k.startswith("obs.")}
         self._place(sum(v[0].nbytes for v in obs.values()))
-        self.obs = {k: self._ring(torch.from_numpy(v)) for k, v in obs.items()}
-        self.step = {k[5:]: self._ring(torch.from_numpy(v)) for k, v in d.items() if k.startswith("step.")}
+        self.obs = {k: self._ring(_from_numpy(v, k in bf16)) for k, v in obs.items()}
+        self.step = {k[5:]: self._ring(_from_numpy(v, k[5:] in bf16)) for k, v in d.items() if k.startswith("step.")}
         self.valid = np.zeros(capacity, dtype=bool)
         self.valid[: len(d["valid"])] = d["valid"]
         self.cursor, in_ep, self.n_added = counters[:3]
@@ -256,6 +258,16 @@ class ReplayBuffer:
         except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # ValueError: not an npz at all
             raise UserError(f"{path}: damaged or truncated checkpoint file ({' '.join(str(e).split())})") from None
         self.load_state_dict(arrays)
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """numpy has no bfloat16: such a tensor (stored trunk features) is saved as its bits, named in `"bfloat16"`."""
+    t = t.cpu()
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _from_numpy(a: np.ndarray, bf16: bool) -> torch.Tensor:
+    return torch.from_numpy(a).view(torch.bfloat16) if bf16 else torch.from_numpy(a)
 
 
 class MixedSampler:

@@ -130,12 +130,16 @@ class SAC(nn.Module):
     def _precision(self) -> contextlib.AbstractContextManager:
         """bf16 autocast for the update's forward passes when `cfg.bf16` asks for it (decided on first use, where
         the learner's device is known)."""
+        # No cast cache: a CUDA graph cannot hold one, and each weight is cast once per forward anyway.
+        return torch.autocast(
+            self.log_alpha.device.type, dtype=torch.bfloat16, enabled=self._bf16(), cache_enabled=False
+        )
+
+    def _bf16(self) -> bool:
         device = self.log_alpha.device.type
         if self.cfg.bf16 not in ("auto", "on", "off"):
             raise ValueError(f"bf16={self.cfg.bf16!r}: choose auto, on or off")
-        enabled = self.cfg.bf16 == "on" or (self.cfg.bf16 == "auto" and bf16_is_fast(device))
-        # No cast cache: a CUDA graph cannot hold one, and each weight is cast once per forward anyway.
-        return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled, cache_enabled=False)
+        return self.cfg.bf16 == "on" or (self.cfg.bf16 == "auto" and bf16_is_fast(device))
 
     def update(self, batches: list[Batch], actor: bool = True) -> dict[str, torch.Tensor]:
         """One critic step per batch, then (with `actor`) one actor and temperature step on the last batch's
@@ -231,6 +235,7 @@ class SAC(nn.Module):
         """A frozen trunk's buffers hold trunk features, computed once per frame as it is stored (`stored_views`
         of them, one drawn per sample), instead of images."""
         enc, views = self.policy.encoder, self.cfg.stored_views
+        enc.feature_dtype = torch.bfloat16 if self._bf16() else torch.float16
         buf.set_frame_fn(partial(enc.embed_frames, views=views), view_keys=enc.cameras if views > 1 else ())
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

@@ -93,6 +93,19 @@ def test_save_restore_roundtrip(tmp_path) -> None:
     check(other)
 
 
+def test_bfloat16_features_restore_bit_for_bit(tmp_path) -> None:
+    """numpy has no bfloat16: the features a bf16 learner stores are saved as their bits and come back as bfloat16."""
+    buf = ReplayBuffer(40, seed=3)
+    buf.set_frame_fn(lambda obs: {**obs, "cam": obs["cam"][..., 0, 0, :].to(torch.bfloat16) / 7})
+    for t in episode(0, 7):
+        buf.add(t)
+    buf.save(tmp_path / "b.npz")
+    other = ReplayBuffer(40, seed=3)
+    other.load(tmp_path / "b.npz")
+    assert other.obs["cam"].dtype == torch.bfloat16 and other.obs["state"].dtype == torch.float32
+    assert torch.equal(other.obs["cam"], buf.obs["cam"]) and torch.equal(other.obs["state"], buf.obs["state"])
+
+
 def test_a_wrapped_buffer_and_one_saved_whole_restore_as_they_were(tmp_path) -> None:
     buf = ReplayBuffer(16, seed=3)
     for start in (0, 100, 200):

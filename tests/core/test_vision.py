@@ -170,3 +170,25 @@ def test_rl_batches_see_augmented_features_only_when_asked(views: int, one_threa
         else:  # 3 of 4 views are shifted frames
             assert 0.5 < moved[0].float().mean() < 0.95 and 0.5 < moved[1].float().mean() < 0.95
             assert not torch.equal(b.obs["front"], b.next_obs["front"])  # the same frame, drawn apart
+
+
+@pytest.mark.parametrize(("bf16", "dtype"), [("on", torch.bfloat16), ("off", torch.float16)])
+def test_features_are_stored_in_the_dtype_the_learner_reads(bf16: str, dtype: torch.dtype, one_thread: None) -> None:
+    """A bf16 learner stores bfloat16 features (an update then reads them uncast), an fp32 one float16; either way
+    the head sees what it sees from the pixels the actor gets."""
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden=(32,), image_feature_dim=16, frozen_trunk=True, bf16=bf16)
+    sac = SAC(cfg, state_dim=1, act_dim=2, cameras=("front",), image_size=32)
+    frames = torch.randint(0, 256, (20, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    buf = ReplayBuffer(capacity=50, seed=0)
+    for img in frames.numpy():
+        obs = {"state": np.zeros(1, np.float32), "front": img}
+        buf.add(Transition(obs, np.zeros(2, np.float32), 0.0, obs, terminated=True, truncated=False))
+    sac.store_features(buf)
+    assert buf.obs["front"].dtype == dtype
+    raw = {"state": torch.zeros(20, 1), "front": frames}
+    with torch.no_grad():
+        stored = sac.policy.encoder.embed_frames(raw)
+        assert stored["front"].dtype == dtype
+        assert torch.allclose(sac.policy.encoder(raw), sac.policy.encoder(stored), atol=1e-2)
+    assert torch.isfinite(sac.update([buf.sample(16)])["critic_loss"])
