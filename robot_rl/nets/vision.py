@@ -99,7 +99,7 @@ class ObsEncoder(nn.Module):
         self.convs = nn.ModuleDict({c: ConvEncoder(image_size, feature_dim=feature_dim) for c in self.cameras})
         self.frozen_trunk = frozen_trunk
         # What `embed_frames` stores: float16, or bfloat16 where the learner autocasts to it (`SAC.store_features`),
-        # so that an update reads the features without a cast (a third of a frozen-trunk update on a bf16 CPU).
+        # so that an update reads the features without a cast (about a fifth of a frozen-trunk update on a bf16 CPU).
         self.feature_dtype = torch.float16
         self.out_dim = state_dim + feature_dim * len(self.cameras)
         # Buffers, not parameters: they ride along in every checkpoint and weight push, so learner, eval and
