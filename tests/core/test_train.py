@@ -152,10 +152,10 @@ def test_the_time_budget_counts_the_start_up(tmp_path: Path) -> None:
     so a budget the start-up alone outlasts trains nothing."""
     from robot_rl.loop.trainer import train
 
-    summary = json.loads(train(load_config([f"run_dir={tmp_path}", "loop.max_minutes=0.005", "demos.n_episodes=3",
+    summary = json.loads(train(load_config([f"run_dir={tmp_path}", "loop.max_minutes=0.001", "demos.n_episodes=3",
                                             "loop.final_eval_episodes=1", "loop.checkpoint_every=0",
                                             "profile=cpu"])).read_text())  # fmt: skip
-    assert summary["startup_s"] > 0.3 and summary["env_steps"] == 0
+    assert summary["startup_s"] > 0.06 and summary["env_steps"] == 0
 
 
 class NaNPolicy(torch.nn.Module):
