@@ -235,6 +235,35 @@ def critic_efficiency(width: int, quick: bool) -> list[dict]:
     return rows
 
 
+def compile_rows(quick: bool) -> list[dict]:
+    """The visual job's learner (2 x 64 px frozen-trunk features stored as training stores them, batch 256, UTD 2,
+    1 thread), eager against `sac.compile`, interleaved rounds; the compiled one's first update is its compiling
+    (from inductor's cache when an earlier run compiled the same graphs)."""
+    from robot_rl.buffers import ReplayBuffer
+
+    torch.set_num_threads(1)
+    sacs, batches, first_s = {}, [], 0.0
+    for compiled in (False, True):
+        sac = SAC(SACConfig(frozen_trunk=True, stored_views=4, compile=compiled), PROPRIO_DIM, ACT_DIM, CAMERAS, 64)
+        sac.store_features(ReplayBuffer(2))  # the feature dtype the learner reads
+        batches = batches or [make_batch(CAMERAS, 64, sac=sac) for _ in range(sac.cfg.utd)]
+        t = time.perf_counter()
+        sac.update(batches)
+        first_s = time.perf_counter() - t
+        sacs[compiled] = sac
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(3 if quick else 8):
+        for compiled, sac in sacs.items():
+            cpu[compiled].append(rates(lambda s=sac: s.update(batches), 5 if quick else 20, warmup=1)[1])
+    eager, comp = statistics.median(cpu[False]), statistics.median(cpu[True])
+    label = "update, 2 x 64 px stored features, batch 256, UTD 2"
+    return [
+        {"bench": f"{label}, eager", "updates_per_cpu_s": eager},
+        {"bench": f"{label}, sac.compile", "updates_per_cpu_s": comp, "ratio_vs_eager": comp / eager,
+         "first_update_s": first_s},
+    ]  # fmt: skip
+
+
 def thread_rows(quick: bool) -> list[dict]:
     """The state update at 1, 2, ... threads, interleaved; and what `hardware.fastest_threads` picks right now."""
     cores = os.cpu_count() or 1
@@ -312,6 +341,7 @@ def main(quick: bool = False) -> list[dict]:
         if peer is not None:
             peer.close()
     rows += timed("critic efficiency", lambda: critic_efficiency(384, quick))
+    rows += timed("compiled losses", lambda: compile_rows(quick))
     rows += timed("threads", lambda: thread_rows(quick))
     rows += inference_rows(quick)
     torch.set_num_threads(threads_before)

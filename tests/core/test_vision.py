@@ -134,10 +134,10 @@ def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are(
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
 
 
-def test_the_visual_preset_asks_for_stored_views_and_grey_frames_and_the_plain_pixel_job_does_not() -> None:
+def test_the_visual_preset_asks_for_stored_views_grey_frames_and_compiling_and_the_plain_pixel_job_does_not() -> None:
     preset, plain = load_config(["obs=pixels", "randomization=visual"]).sac, load_config(["obs=pixels"]).sac
-    assert preset.stored_views > 1 and preset.augment_gray > 0
-    assert plain.stored_views == 1 and plain.augment_gray == 0
+    assert preset.stored_views > 1 and preset.augment_gray > 0 and preset.compile
+    assert plain.stored_views == 1 and plain.augment_gray == 0 and not plain.compile
     assert load_config(["obs=pixels", "randomization=visual", "sac.stored_views=1"]).sac.stored_views == 1
 
 
