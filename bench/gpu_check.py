@@ -181,9 +181,10 @@ def visual_job_section(s: Sizes, work: Path, out: Path, minutes: float, extra: l
 
     overrides = ["task=pick_cube", "obs=pixels", "env.for_robot=sim", "randomization=visual",
                  "loop.stop_at_success=1.1", "loop.checkpoint_every=0", "loop.final_eval_episodes=20"]  # fmt: skip
-    if s.tiny:
+    if s.tiny:  # no compiling: a CUDA learner does not compile, and 60 env steps would pay for it
         overrides += ["profile=cpu", "device=cpu", "threads=1", "loop.env_steps=60", "loop.eval_every=0",
-                      "env.image_size=32", "sac.trunk_pretrain_steps=10", "demos.n_episodes=2"]  # fmt: skip
+                      "env.image_size=32", "sac.trunk_pretrain_steps=10", "demos.n_episodes=2",
+                      "sac.compile=false"]  # fmt: skip
     else:
         overrides += ["profile=gpu", "device=cuda", f"loop.max_minutes={minutes}"]
     overrides += extra
