@@ -29,7 +29,7 @@ from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
 from robot_rl.errors import UserError
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
 from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
-from robot_rl.real.timing import frozen_heap, percentiles_ms
+from robot_rl.real.timing import frozen_heap, one_inference_thread, percentiles_ms
 from robot_rl.types import ObsLayout
 
 log = logging.getLogger("robot_rl.deploy")
@@ -157,7 +157,7 @@ def deploy(
         store = EpisodeStore(record, "a")
     results: list[dict[str, Any]] = []
     stopped = ""
-    with frozen_heap():
+    with frozen_heap(), one_inference_thread():
         try:
             for ep in range(episodes):
                 try:

@@ -25,7 +25,7 @@ from robot_rl.loop.actor import Actor
 from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.human import make_human
 from robot_rl.nodes.learner_node import node_transport_config
-from robot_rl.real.timing import frozen_heap
+from robot_rl.real.timing import frozen_heap, one_inference_thread
 from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys
 from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 from robot_rl.types import ObsLayout
@@ -67,8 +67,10 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     human = make_human(cfg, seed)
     actor = Actor(env, policy, human, seed)
     steps = 0
-    # frozen_heap: a full collection of the start-up's heap holds the GIL for a control period or more (deploy's).
-    with make_transport(node_transport_config(cfg, f"actor{index}")) as transport, frozen_heap():
+    # frozen_heap: a full collection of the start-up's heap holds the GIL for a control period or more (deploy's);
+    # one torch thread: batch-1 inference beside a learner on the same cores (real/timing.py).
+    transport_cfg = node_transport_config(cfg, f"actor{index}")
+    with make_transport(transport_cfg) as transport, frozen_heap(), one_inference_thread():
         sender = TransitionSender(transport, actor_id, dist.batch_size, dist.queue_batches)
         weights = WeightsReceiver(transport)
         episodes = transport.publisher(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
