@@ -43,6 +43,9 @@ class SACConfig:
     pretrained_encoder: str = ""  # safetensors of a ConvEncoder (local path), loaded into every camera's encoder
     augment_pad: int = 4  # DrQ random shift in pixels; 0 disables
     augment_gray: float = 0.0  # probability an augmented frame is shown as grey (its luma), SimCLR-style
+    # Each camera frame standardised per image and channel before the trunk (`nets.vision.standardize`): light
+    # intensity, exposure and white balance mostly cancel. Part of the policy: it travels in the checkpoint's config.
+    normalize_frames: bool = False
     # Camera conv trunks pretrained by behaviour cloning on the demos, then frozen: each frame is reduced to trunk
     # features once, as the replay buffer stores it, and the critic trains only the per-camera heads on them.
     frozen_trunk: bool = False
@@ -72,9 +75,8 @@ def make_policy(
 ) -> GaussianPolicy:
     """The actor network alone: what actor nodes and the robot build to receive the learner's weights."""
     frozen = cfg.frozen_trunk and bool(cameras)
-    encoder = ObsEncoder(
-        state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad, frozen, cfg.augment_gray
-    )
+    encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad, frozen,
+                         cfg.augment_gray, cfg.normalize_frames)  # fmt: skip
     policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
     if cfg.zero_init_actor:
         last = policy.head.trunk[-1]

@@ -35,6 +35,16 @@ def random_gray(images: torch.Tensor, p: float) -> torch.Tensor:
     return torch.where(pick, luma.round_().to(images.dtype).unsqueeze(-1), images)
 
 
+def standardize(images: torch.Tensor, min_std: float = 4.0) -> torch.Tensor:
+    """(B, H, W, C) uint8 -> float32, each image's channels to zero mean and unit spread over its pixels: a scene lit
+    at 0.4x or exposed at 1.6x, or under a tinted light, gives nearly the frame it gives nominally, so a trunk need
+    not learn brightness invariance from the draws alone. `min_std` (on 0..255) keeps a flat channel from turning
+    its noise into contrast."""
+    x = images.float()
+    std, mean = torch.std_mean(x, (1, 2), keepdim=True)
+    return (x - mean) / std.clamp_min(min_std)
+
+
 def _shift_by_slices(padded: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
     out = padded.new_empty((padded.shape[0], h, w, padded.shape[3]))
     for i, (dy, dx) in enumerate(offsets.tolist()):
@@ -91,8 +101,10 @@ class ObsEncoder(nn.Module):
         augment_pad: int = 4,
         frozen_trunk: bool = False,
         augment_gray: float = 0.0,
+        normalize_frames: bool = False,
     ) -> None:
         super().__init__()
+        self.normalize_frames = normalize_frames
         self.cameras = tuple(cameras)
         self.augment_pad = augment_pad
         self.augment_gray = augment_gray
@@ -144,7 +156,8 @@ class ObsEncoder(nn.Module):
         dev = img.device.type
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
         # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
-        return self.convs[cam].trunk(img.to(dtype).mul_(1.0 / 255.0).permute(0, 3, 1, 2)).flatten(1)
+        x = standardize(img).to(dtype) if self.normalize_frames else img.to(dtype).mul_(1.0 / 255.0)
+        return self.convs[cam].trunk(x.permute(0, 3, 1, 2)).flatten(1)
 
     def _augmented(self, img: torch.Tensor) -> torch.Tensor:
         img = random_shift(img, self.augment_pad) if self.augment_pad else img

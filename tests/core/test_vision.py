@@ -53,6 +53,19 @@ def test_the_views_a_frozen_trunk_stores_are_grey_where_augment_gray_asks() -> N
     assert (views[:, 1:] == views[:, 1:, ..., :1]).all()  # the augmented views: grey
 
 
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "normalized"])
+def test_normalized_frames_give_a_darker_tinted_scene_the_features_of_the_nominal_one(normalize: bool) -> None:
+    """`sac.normalize_frames`: a per-channel gain (dim lights, exposure, white balance) leaves the trunk's features
+    as they were, up to uint8 rounding; raw frames change them."""
+    torch.manual_seed(0)
+    enc = ObsEncoder(1, ("front",), image_size=32, normalize_frames=normalize)
+    img = torch.randint(60, 200, (4, 32, 32, 3), dtype=torch.uint8)
+    dim = (img.float() * torch.tensor([0.4, 0.5, 0.6])).round().to(torch.uint8)
+    nominal, shifted = (enc.embed_frames({"front": x})["front"].float() for x in (img, dim))
+    change = (shifted - nominal).norm() / nominal.norm()
+    assert (change < 0.05) if normalize else (change > 0.15), change
+
+
 def test_the_gpu_shift_gathers_what_the_cpu_loop_copies() -> None:
     """The one-gather path (CUDA's) and the per-sample loop (CPU's) give the same windows, 3 channels, uint8."""
     g = torch.Generator().manual_seed(0)
@@ -134,10 +147,10 @@ def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are(
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
 
 
-def test_the_visual_preset_asks_for_stored_views_grey_frames_and_compiling_and_the_plain_pixel_job_does_not() -> None:
+def test_the_visual_preset_augments_normalises_and_compiles_and_the_plain_pixel_job_does_not() -> None:
     preset, plain = load_config(["obs=pixels", "randomization=visual"]).sac, load_config(["obs=pixels"]).sac
-    assert preset.stored_views > 1 and preset.augment_gray > 0 and preset.compile
-    assert plain.stored_views == 1 and plain.augment_gray == 0 and not plain.compile
+    assert preset.stored_views > 1 and preset.augment_gray > 0 and preset.normalize_frames and preset.compile
+    assert plain.stored_views == 1 and plain.augment_gray == 0 and not plain.normalize_frames and not plain.compile
     assert load_config(["obs=pixels", "randomization=visual", "sac.stored_views=1"]).sac.stored_views == 1
 
 
