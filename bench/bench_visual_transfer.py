@@ -35,7 +35,7 @@ SEED = 2_000_000  # first episode seed, as `robot-rl eval` and `robot-rl deploy`
 # Field -> value of each held-out cell; `visual` entries are VisualConfig fields. After each: the preset's range.
 SHIFTS: dict[str, dict] = {
     "front camera moved 5 cm": {"visual": {"camera_shift": (0.05, 0.05)}},  # 0 .. 3 cm
-    "wrist camera moved 2 cm": {"visual": {"hand_camera_shift": (0.02, 0.02)}},  # 0 .. 1 cm
+    "wrist camera moved 2 cm": {"visual": {"hand_camera_shift": (0.02, 0.02)}},  # 0 .. 1.5 cm
     "camera turned 0.15 rad": {"visual": {"camera_turn": (0.15, 0.15)}},  # 0 .. 0.08 rad
     "field of view +12 deg": {"visual": {"fovy": (12.0, 12.0)}},  # +-5 deg
     "lights x0.4": {"visual": {"light_intensity": (0.4, 0.4)}},  # 0.6 .. 1.3
