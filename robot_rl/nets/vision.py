@@ -42,7 +42,7 @@ def standardize(images: torch.Tensor, min_std: float = 4.0) -> torch.Tensor:
     its noise into contrast."""
     x = images.float()
     std, mean = torch.std_mean(x, (1, 2), keepdim=True)
-    return (x - mean) / std.clamp_min(min_std)
+    return x.sub_(mean).div_(std.clamp_min_(min_std))
 
 
 def _shift_by_slices(padded: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -152,7 +152,8 @@ class ObsEncoder(nn.Module):
         if augment:
             img = self._augmented(img)
         # NHWC data viewed as NCHW is exactly channels_last: no copy before oneDNN's convolution. Under autocast
-        # the bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16.
+        # raw bytes go straight to its dtype: one pass over the pixels instead of uint8 -> fp32 -> bf16 (standardised
+        # frames take the fp32 pass: their statistics want it).
         dev = img.device.type
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
         # Converted before the permute: a contiguous pass, ~5x faster than converting the strided view.
