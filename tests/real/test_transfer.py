@@ -57,9 +57,9 @@ def motion_onsets(domain: int, latency_s: float, moves: int = 4) -> list[float]:
             moved = [s for s, p in poses if s > sent and abs(p[0] - x0) > 0.001]
             assert moved, f"the arm never moved towards {target}"
             onsets.append(moved[0] - sent)
-    finally:
-        stop(sim)
+    finally:  # the probe's node first: a node destroyed while DDS drops the killed robot's participant can segfault
         tx.close()
+        stop(sim)
     return onsets
 
 
