@@ -192,8 +192,8 @@ def test_bad_inputs_never_put_a_command_outside_the_limits_on_the_wire(domain: i
         if sim.poll() is None:
             os.kill(sim.pid, signal.SIGCONT)
         env.close()
+        tx.close()  # our nodes before the kill (docs/architecture.md)
         stop(sim)
-        tx.close()
     lo, hi = np.array(cfg.safety.workspace_lo), np.array(cfg.safety.workspace_hi)
     limit = min(cfg.safety.max_translation_step, cfg.safety.max_velocity * 0.1)
     assert len(received) >= len(bad) + len(pushes) - 5
