@@ -10,7 +10,7 @@ import pytest
 from plain_ros import PlainNode, msg_type
 from real_util import spawn, stop
 
-pytestmark = [pytest.mark.ros2, pytest.mark.slow]
+pytestmark = [pytest.mark.ros2, pytest.mark.slow, pytest.mark.realtime]
 NS = "/robot_rl"
 
 
@@ -90,13 +90,14 @@ def test_plain_node_lists_reads_and_drives_the_sim_robot(domain: int) -> None:
 
 
 def test_estop_pressed_before_the_sim_robot_starts_holds_it(domain: int) -> None:
-    with PlainNode(domain) as peer:
-        estop = peer.publisher(f"{NS}/estop", "std_msgs/msg/Bool", "latched")
-        pressed = msg_type("std_msgs/msg/Bool")()
-        pressed.data = True
-        estop.publish(pressed)
-        sim = spawn("sim-robot", "--domain", str(domain))
-        try:
+    sim = None  # killed after the node closes: Fast DDS's teardown can crash beside a participant killed under it
+    try:
+        with PlainNode(domain) as peer:
+            estop = peer.publisher(f"{NS}/estop", "std_msgs/msg/Bool", "latched")
+            pressed = msg_type("std_msgs/msg/Bool")()
+            pressed.data = True
+            estop.publish(pressed)
+            sim = spawn("sim-robot", "--domain", str(domain))
             poses = peer.subscribe(f"{NS}/ee_pose", "geometry_msgs/msg/PoseStamped", "sensor")
             status = peer.subscribe(f"{NS}/robot_status", "std_msgs/msg/String", "default")
             # DDS delivers the latched press some time after the first state: wait for the robot to report it.
@@ -105,5 +106,6 @@ def test_estop_pressed_before_the_sim_robot_starts_holds_it(domain: int) -> None
             drive(peer, start + np.array([0.0, 0.05, 0.05]), 1.5)
             assert status[-1].data == "hold: estop", [s.data for s in status]
             assert np.linalg.norm(tcp(poses) - start) < 0.003  # commands were refused
-        finally:
+    finally:
+        if sim is not None:
             stop(sim)
