@@ -5,6 +5,7 @@ a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's proc
 from __future__ import annotations
 
 import importlib
+import os
 import random
 import time
 from collections.abc import Callable
@@ -28,8 +29,11 @@ _DRAW = random.SystemRandom()
 
 def random_domain(lo: int = 1, hi: int = 200) -> int:
     """A ROS domain for one test's processes, so tests never see each other's nodes (discovery stays on this host).
-    DDS takes 0-232; the in-process bus takes any int, so its tests draw wider."""
-    return _DRAW.randint(lo, hi)
+    DDS takes 0-232; the in-process bus takes any int, so its tests draw wider. Each xdist worker draws from its own
+    residue class (gw0 the even ids of two workers), so tests side by side never share one."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return _DRAW.choice(range(lo + (worker - lo) % workers, hi + 1, workers))
 
 
 def msg_type(ros_type: str) -> Any:

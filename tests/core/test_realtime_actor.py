@@ -13,6 +13,8 @@ import torch
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.realtime import ActorThread
 
+pytestmark = pytest.mark.realtime
+
 EPISODE = 5
 
 

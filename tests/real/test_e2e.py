@@ -28,7 +28,7 @@ from robot_rl.sim.config import EnvConfig
 from robot_rl.transport import TransportConfig, make_transport
 from robot_rl.types import ObsLayout
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 EPISODES = 8
 
 

@@ -16,6 +16,8 @@ from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import COMMAND_READER_QOS
 from robot_rl.transport import TransportConfig, make_transport
 
+pytestmark = pytest.mark.realtime
+
 
 @pytest.mark.ros2
 @pytest.mark.slow

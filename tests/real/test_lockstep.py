@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from real_util import spawn, stop
 
 from robot_rl.envs import make_env
@@ -12,6 +13,8 @@ from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
 from robot_rl.sim.config import EnvConfig
 from robot_rl.types import ObsLayout
+
+pytestmark = pytest.mark.realtime
 
 N = 30  # steps: 3 s of robot time at the sim robot's 10 Hz control rate
 

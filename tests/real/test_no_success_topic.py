@@ -27,6 +27,8 @@ from robot_rl.real.deploy import deploy
 from robot_rl.real.robot import RobotEnv, proprio_layout
 from robot_rl.types import ObsLayout
 
+pytestmark = pytest.mark.realtime
+
 
 @pytest.fixture
 def robot_cfg():

@@ -26,6 +26,8 @@ from robot_rl.algos.reward_classifier import classifier_meta
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.types import PRIVILEGED_FIELDS
 
+pytestmark = pytest.mark.slow
+
 DEMOS, HOLD, WANDER, STEPS, EPISODES = 10, 5, 6, 500, 6
 CAMERAS = "front,wrist"
 # Where each episode starts: the home move (through the safety layer) after the sim robot re-seeds the scene.

@@ -24,7 +24,7 @@ from robot_rl.loop.learner import Learner
 from robot_rl.loop.trainer import train
 from robot_rl.real.robot import RobotEnv
 
-pytestmark = pytest.mark.ros2
+pytestmark = [pytest.mark.ros2, pytest.mark.realtime]
 PERIOD, EPISODE, STALL_S, STALL_AT = 0.1, 20, 1.0, 5  # 10 Hz control; the learner stalls in its 6th update
 
 

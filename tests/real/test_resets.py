@@ -8,6 +8,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from real_util import inproc_robot
 from test_robot import Served
 
@@ -19,6 +20,8 @@ from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states
 from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 from robot_rl.types import ObsLayout
+
+pytestmark = pytest.mark.realtime
 
 HOME, BOX = np.array([0.5, 0.0, 0.15]), np.array([0.04, 0.04, 0.02])
 

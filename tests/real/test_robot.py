@@ -25,6 +25,8 @@ from robot_rl.sim.config import EnvConfig, RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport, typesys
 from robot_rl.types import EE_FORCE_UNIT_N, PRIVILEGED_FIELDS, ObsLayout
 
+pytestmark = pytest.mark.realtime
+
 
 class Served:
     """A SimRobot ticking in real time (`physics_hz`, absolute deadlines, as `robot-rl sim-robot` does) in a thread

@@ -18,6 +18,8 @@ from robot_rl.algos.reward_classifier import classifier_meta
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.types import PRIVILEGED_FIELDS
 
+pytestmark = pytest.mark.slow
+
 # 20 demos, camera trunks pretrained 500 steps, then at most 2500 env steps (250 robot seconds at 10 Hz), stopping
 # once an evaluation of 10 episodes every 250 steps reaches 0.8. How far a seed gets in a budget depends on the CPU's
 # float kernels (docs/benchmarks.md): on the slowest box measured the three seeds needed 1500-2000 steps. The

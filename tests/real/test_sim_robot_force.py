@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from real_util import inproc_robot
 
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
+
+pytestmark = pytest.mark.realtime
 
 
 def test_pushing_through_the_cube_holds_the_arm_until_reset() -> None:

@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from robot_rl.types import PRIVILEGED_FIELDS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 EPISODES = 10
 ROBOT_RUN_EPISODES = 5  # the robot run evaluates its unchanged policy twice (at step 0 and at the end): 5 each
 NO_TRACKER = "object_pose_topic=''"  # the robot config names no object pose: a real cell without a tracker

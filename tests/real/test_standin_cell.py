@@ -13,6 +13,8 @@ from real_util import inproc_robot
 from robot_rl.errors import ConfigError
 from robot_rl.real.sim_robot import CELLS, SimRobot, SimRobotConfig, load_cell
 
+pytestmark = pytest.mark.realtime
+
 VISUAL_PRESET = Path(__file__).resolve().parents[2] / "configs/randomization/visual.yaml"
 
 

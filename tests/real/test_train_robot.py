@@ -18,6 +18,8 @@ from robot_rl.config import load_config
 from robot_rl.errors import ConfigError
 from robot_rl.types import PRIVILEGED_FIELDS
 
+pytestmark = pytest.mark.slow
+
 STEPS, EPISODE = 200, 50  # PickCube episodes are 50 steps; lockstep at 10 Hz control
 
 

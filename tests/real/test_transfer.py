@@ -17,6 +17,8 @@ from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.sim.config import RandomizationConfig
 from robot_rl.transport import TransportConfig, make_transport
 
+pytestmark = pytest.mark.realtime
+
 PERIOD = 0.1  # the main job's 10 Hz control period
 TICK = 0.01  # the sim robot's default 100 Hz loop
 
