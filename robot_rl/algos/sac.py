@@ -75,8 +75,9 @@ def make_policy(
 ) -> GaussianPolicy:
     """The actor network alone: what actor nodes and the robot build to receive the learner's weights."""
     frozen = cfg.frozen_trunk and bool(cameras)
-    encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, cfg.augment_pad, frozen,
-                         cfg.augment_gray, cfg.normalize_frames)  # fmt: skip
+    encoder = ObsEncoder(state_dim, cameras, image_size, feature_dim=cfg.image_feature_dim,
+                         augment_pad=cfg.augment_pad, frozen_trunk=frozen, augment_gray=cfg.augment_gray,
+                         normalize_frames=cfg.normalize_frames)  # fmt: skip
     policy = GaussianPolicy(encoder, act_dim, cfg.hidden)
     if cfg.zero_init_actor:
         last = policy.head.trunk[-1]
