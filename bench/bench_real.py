@@ -22,14 +22,13 @@ from robot_rl.real.config import load_robot_config
 from robot_rl.real.robot import RobotEnv
 from robot_rl.real.timing import percentiles_ms
 from robot_rl.sim.config import EnvConfig
-from robot_rl.transport.base import LOOPBACK_DDS_CONFIG
 from robot_rl.types import ObsLayout
 
-os.environ.setdefault("CYCLONEDDS_URI", LOOPBACK_DDS_CONFIG)
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 
 def control_loop(domain: int, hz: float, seconds: float) -> dict:
-    cfg = load_robot_config("sim", [f"domain_id={domain}", "backend=dds", "reset_timeout_s=60"])
+    cfg = load_robot_config("sim", [f"domain_id={domain}", "reset_timeout_s=60"])
     ref = make_env(EnvConfig())
     env = RobotEnv(
         cfg,
@@ -50,7 +49,7 @@ def control_loop(domain: int, hz: float, seconds: float) -> dict:
     finally:
         env.close()
     return {
-        "bench": f"control loop at {hz:.0f} Hz over DDS, sim robot in another process",
+        "bench": f"control loop at {hz:.0f} Hz over ROS 2, sim robot in another process",
         "cycles": stats["cycles"],
         "period_mean_ms": stats["period_mean_ms"],
         "jitter_p50_ms": stats["jitter_p50_ms"],
