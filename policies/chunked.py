@@ -53,7 +53,7 @@ class ChunkPolicy(nn.Module):
         self.cfg = cfg
         self.act_dim = act_dim
         self.n_action_steps = cfg.n_action_steps
-        self.encoder = ObsEncoder(state_dim, cameras, image_size, cfg.image_feature_dim, augment_pad=0)
+        self.encoder = ObsEncoder(state_dim, cameras, image_size, feature_dim=cfg.image_feature_dim, augment_pad=0)
         self.cond_dim = self.encoder.out_dim * cfg.n_obs_steps
         self._obs_history: deque[Mapping[str, np.ndarray]] = deque(maxlen=cfg.n_obs_steps)
         self._actions: deque[np.ndarray] = deque()
