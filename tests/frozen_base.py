@@ -20,7 +20,7 @@ def run_and_check_base_frozen(cfg: TrainConfig, steps: int, obs_keys: set[str] |
     run = TrainingRun(cfg)
     env = make_train_env(cfg, seed=0)
     actor = Actor(env, copy.deepcopy(run.algo.policy), make_human(cfg, 0), seed=0)
-    bases = [e.base if cfg.algo == "residual" else e.policy for e in (env, run.eval_env)]
+    bases = [e.base if cfg.algo == "residual" else e.policy for e in (env, run.cell.eval_env)]
     before = {k: v.clone() for k, v in bases[0].state_dict().items()}
     trained = {id(p) for opt in run.algo.optimizers().values() for g in opt.param_groups for p in g["params"]}
     for base in bases:

@@ -18,9 +18,11 @@ import copy
 import dataclasses
 import json
 import sys
+import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +47,9 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
 from robot_rl.hardware import fastest_threads
 from robot_rl.types import PROPRIO_FIELDS, ObsLayout
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str, list[int]]]:
@@ -316,6 +321,17 @@ class Refits:
         save_classifier(self.clf, self.path, {**self.meta, "refits": self.refits})
         np.savez(self.frames_path, label=mine.labels, **{f"obs.{k}": v for k, v in mine.obs.items()})
         return classifier_metrics(self.clf, mine)
+
+    def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int) -> None:
+        """`refit`, its counts to tensorboard at env step `step` and one line to `say`."""
+        t = time.perf_counter()
+        rates = self.refit()
+        counts = self.counts()
+        for k, v in counts.items():
+            writer.add_scalar(f"classifier/{k}", v, step)
+        say(f"classifier refitted on {counts['classifier_paid_judged']} judged frames "
+            f"({counts['classifier_false_positives']} false positives) in {time.perf_counter() - t:.0f} s: "
+            f"now on them {rates}")  # fmt: skip
 
     def _verdict_weights(self, labels: np.ndarray) -> np.ndarray:
         """Per verdict, its weight such that a class's verdicts weigh as much as the store's frames of that class."""

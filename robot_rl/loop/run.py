@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -20,8 +21,14 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.envs import make_env
+from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from robot_rl.loop.cells import Cell
 
 
 def resolve_device(name: str) -> torch.device:
@@ -123,6 +130,54 @@ class EvalLog:
         self.entries.append(entry)
         with self.path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+class Evaluations:
+    """A run's evaluations: its cell's scenes, each time on the same episode seeds, logged to evals.jsonl and
+    tensorboard. A run is judged by the last scene's result: the nominal scene's where the run randomises
+    (`loop/trainer.py`)."""
+
+    def __init__(self, cell: Cell, policy: torch.nn.Module, seed: int, log: EvalLog, writer: SummaryWriter) -> None:
+        self.cell, self.policy, self.log, self.writer = cell, policy, log, writer
+        self.seed = 1_000_000 + 1000 * seed
+
+    def run(
+        self, weights: dict, counters: dict, state: RunState, episodes: int, minutes: float, **extra: float
+    ) -> EvalResult | None:
+        """Evaluates `weights` on as many of `episodes` as `minutes` of arm time allow (`Cell.eval_episodes`) and logs
+        it under `counters` (env_steps first) and `extra`. None where the cell has no env to evaluate in (a robot
+        run's learner node: `robot-rl deploy` evaluates a checkpoint)."""
+        if self.cell.eval_env is None:
+            return None
+        self.policy.load_state_dict(weights)
+        episodes = self.cell.eval_episodes(episodes, minutes)
+        scenes = {
+            prefix: evaluate(env, self.policy, episodes, seed=self.seed) for prefix, env in self.cell.scenes().items()
+        }
+        results = {f"{scene}{k}": v for scene, r in scenes.items() for k, v in r.as_dict().items()}
+        results |= self.cell.count_eval(scenes[""], state, counters["env_steps"])
+        self.log.add({**counters, **results, **extra})
+        for scene, r in scenes.items():
+            for k in ("success_rate", "mean_return", "mean_length"):
+                self.writer.add_scalar(f"eval/{scene}{k}", getattr(r, k), counters["env_steps"])
+        return list(scenes.values())[-1]
+
+    def changed(self, updates: int) -> bool:
+        """Whether the learner has updated since the last evaluation: re-measuring the same weights on the same
+        episode seeds repeats the result and, on a robot, spends arm time on it (a warm-up before `learning_starts`)."""
+        return not self.log.entries or self.log.entries[-1]["updates"] != updates
+
+    def final(self, result: EvalResult | None) -> dict:
+        """summary.json's final evaluation; a randomised run's also under its randomisation (`final_*` are on the
+        nominal scene)."""
+        last = self.log.entries[-1] if result else {}
+        randomized = {f"final_{k}_randomized": last.get(k) for k in ("success_rate", "success_ci", "mean_length")}
+        return {
+            "final_success_rate": result.success_rate if result else None,
+            "final_success_ci": result.success_ci if result else None,
+            "final_mean_length": result.mean_length if result else None,
+            **(randomized if len(self.cell.scenes()) > 1 else {}),
+        }
 
 
 def write_summary(run_dir: Path, summary: dict, evals: list[dict]) -> Path:

@@ -221,3 +221,17 @@ def test_no_evaluation_while_the_policy_has_not_changed(tmp_path: Path) -> None:
                        "demos.n_episodes=2", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
     evals = [json.loads(line) for line in (tmp_path / "evals.jsonl").read_text().splitlines()]
     assert [(e["env_steps"], e["updates"]) for e in evals][:2] == [(0, 0), (80, 20)]
+
+
+def test_a_sim_run_rewarded_by_a_classifier_is_judged_by_the_simulator(tmp_path: Path) -> None:
+    """reward.source=classifier in sim: the actor's reward is the classifier's, the evaluations judge success by the
+    simulator's own check (a sim cell has no classifier judge). The evaluation env was once built with the reward
+    wrapper and no classifier yet, and the run died at start-up."""
+    from robot_rl.loop.trainer import train
+
+    summary = train(load_config([f"run_dir={tmp_path}", "reward.source=classifier", "reward.classifier_steps=20",
+                                 "loop.env_steps=40", "loop.eval_every=0", "loop.final_eval_episodes=1",
+                                 "demos.n_episodes=2", "loop.checkpoint_every=0", "profile=cpu"]))  # fmt: skip
+    result = json.loads(summary.read_text())
+    assert result["reward_source"] == "classifier" and result["env"] == "PandaEnv"
+    assert result["final_success_rate"] is not None
