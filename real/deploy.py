@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,9 +28,12 @@ from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier,
 from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
 from robot_rl.errors import UserError
 from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
-from robot_rl.real.robot import RobotEnv, SafetyStop, StaleDataError
+from robot_rl.real.robot import ACTION_DIM, RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import frozen_heap, one_inference_thread, percentiles_ms
 from robot_rl.types import ObsLayout
+
+if TYPE_CHECKING:
+    from robot_rl.checkpoint import Checkpoint
 
 log = logging.getLogger("robot_rl.deploy")
 ESTOP_EVENT = "failure"  # the teleop button that doubles as an e-stop during deployment
@@ -61,14 +64,14 @@ def _status_line(env: RobotEnv, ep: int, t: int, interventions: int, out: Any) -
 
 
 def success_judge(
-    checkpoint: Path, layout: ObsLayout, robot: RobotConfig, keys: bool
+    checkpoint: Checkpoint, layout: ObsLayout, robot: RobotConfig, keys: bool
 ) -> tuple[str, RewardClassifier | None]:
     """(what says an episode succeeded, the classifier if it is one): the robot's success topic; without one the
     classifier saved with the checkpoint's run (`checkpoints/<name>/../../reward_classifier.safetensors`); else the
     person's success key, where there is a teleop device (`keys`)."""
     if robot.success_topic:
         return f"{robot.success_topic} {'button' if robot.success_event else 'topic'}", None
-    saved = checkpoint.parent.parent / "reward_classifier.safetensors"
+    saved = checkpoint.run_dir / "reward_classifier.safetensors"
     if saved.is_file():
         clf, meta = load_classifier(saved)
         reads = (meta["state_layout"], meta["cameras"])
@@ -78,7 +81,7 @@ def success_judge(
         return f"classifier {saved}", clf
     if keys:
         return "success key", None
-    raise UserError(f"robot {robot.name} has no success_topic and {checkpoint.parent.parent} saved no reward "
+    raise UserError(f"robot {robot.name} has no success_topic and {checkpoint.run_dir} saved no reward "
                     "classifier, so nothing says when an episode succeeded: name the robot's success topic "
                     "(success_topic=<topic>, plus success_event=true for a button), or judge with a person's success "
                     "key (--teleop keyboard|gamepad|spacemouse)")  # fmt: skip
@@ -101,7 +104,7 @@ def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: 
                 info = {"success": True}  # the person saw the task done: the episode ends here
                 break
             if cmd.intervene:
-                action, intervened = to_action(cmd, 4), True
+                action, intervened = to_action(cmd, ACTION_DIM), True
         try:
             next_obs, reward, terminated, truncated, info = judged.step(action)
         except (SafetyStop, StaleDataError) as e:
@@ -120,7 +123,7 @@ def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: 
 
 
 def deploy(
-    checkpoint: Path,
+    checkpoint: Checkpoint,
     robot: RobotConfig,
     episodes: int,
     hz: float | None = None,
@@ -132,20 +135,16 @@ def deploy(
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop (and its success
     button ends an episode as a success where it is the judge: `success_judge`)."""
-    from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, load_policy, resolve_checkpoint
     from robot_rl.envs import make_env
     from robot_rl.loop.adapters import env_policy
 
-    checkpoint = resolve_checkpoint(checkpoint)
-    cfg = checkpoint_config(checkpoint)
-    layout = checkpoint_layouts(checkpoint, cfg)["env"]
-    if layout.action_dim != 4:
-        raise UserError(f"{checkpoint}: deployment supports position-only policies (env.yaw=false)")
+    cfg, layout = checkpoint.cfg, checkpoint.layouts["env"]
+    if layout.action_dim != ACTION_DIM:
+        raise UserError(f"{checkpoint.path}: deployment supports position-only policies (env.yaw=false)")
     if hz is not None and hz != layout.control_hz:
         log.warning("running at %.1f Hz, the policy was trained at %.1f Hz: its steps now take a different time",
                     hz, layout.control_hz)  # fmt: skip
-    agent, _ = load_policy(checkpoint)
-    policy = env_policy(cfg, agent)  # a residual agent runs with its frozen base
+    policy = env_policy(cfg, checkpoint.policy())  # a residual agent runs with its frozen base
     layout = layout.replace(control_hz=hz or layout.control_hz)
     judge, clf = success_judge(checkpoint, layout, robot, device is not None)
     env = make_env(cfg.env, robot=robot, node_name="robot_rl_deploy", layout=layout)
@@ -188,7 +187,7 @@ def deploy(
     ok = [r for r in results if r["success"]]
     lat50, lat99 = percentiles_ms(env.latencies)
     return {
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(checkpoint.path),
         "robot": robot.name,
         "episodes": len(results),
         "success_rate": float(np.mean([r["success"] for r in results])) if results else float("nan"),
@@ -236,7 +235,9 @@ def main(argv: list[str]) -> int:
         keys = ("intervene", "gripper", ESTOP_EVENT, *((SUCCESS_EVENT,) if not robot.success_topic else ()))
         print(key_help(keys, labels), file=sys.stderr)
     try:
-        summary = deploy(ns.checkpoint, robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
+        from robot_rl.checkpoint import Checkpoint
+
+        summary = deploy(Checkpoint(ns.checkpoint), robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
     finally:
         if device is not None:
             device.close()

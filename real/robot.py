@@ -453,8 +453,8 @@ class RobotEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         a = np.array(action, dtype=np.float64).reshape(-1)
-        if a.shape != (4,):
-            raise ValueError(f"action must have shape (4,), got {a.shape}")
+        if a.shape != (ACTION_DIM,):
+            raise ValueError(f"action must have shape ({ACTION_DIM},), got {a.shape}")
         if self.held_grip is not None:
             a[3] = self.held_grip
         if len(self._past):

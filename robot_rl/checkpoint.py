@@ -6,6 +6,7 @@ No pickle: tensors go to safetensors, everything else to JSON or npz.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -59,7 +60,7 @@ def save_checkpoint(
     layouts: Mapping[str, ObsLayout] | None = None,
 ) -> Path:
     """Writes `ckpt_root/name/` atomically and points `ckpt_root/latest` at it; `layouts` ("env", "policy") go to
-    layout.json, from which a policy is built without an env (`load_policy`). Only the latest checkpoint keeps
+    layout.json, from which a policy is built without an env (`Checkpoint.policy`). Only the latest checkpoint keeps
     replay buffers (a resume reads the latest; older ones keep the policy for eval and replay): a pixel run's buffers
     are gigabytes per checkpoint."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -119,43 +120,81 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
     return path
 
 
-def load_checkpoint(
-    path: Path,
-    model: torch.nn.Module,
-    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
-    buffers: Mapping[str, ReplayBuffer] | None = None,
-    device: torch.device | str = "cpu",
-) -> dict:
-    """Restores in place; returns the counters."""
-    model.load_state_dict(read_tensors(path / "model.safetensors", device))
-    if optimizers:
-        tensors = read_tensors(path / "optim.safetensors", device)
-        meta = json.loads((path / "optim.json").read_text())
-        for oname, opt in optimizers.items():
-            opt.load_state_dict(_unflatten_optimizer(tensors, meta[oname], oname))
-    for bname, buf in (buffers or {}).items():
-        buf.load(path / f"buffer_{bname}.npz")
-    return json.loads((path / "counters.json").read_text())
+class Checkpoint:
+    """A checkpoint folder read once: where it is, the config it was trained with and its layouts (what the env
+    provides, what the policy reads and emits); weights are read when asked for. Deploy, eval, `init_from`, a
+    residual base and a resume each open it once and pass it down, instead of resolving the folder and parsing its
+    config again at every step. The config and layouts are read on first use (a resume needs neither)."""
+
+    def __init__(self, path: Path | str) -> None:
+        """`path`: a checkpoint folder, or a run dir (its final checkpoint; its latest while unfinished)."""
+        self.path = _resolve(Path(path))
+
+    @functools.cached_property
+    def cfg(self) -> TrainConfig:
+        return _read_config(self.path)
+
+    @functools.cached_property
+    def layouts(self) -> dict[str, ObsLayout]:
+        return _read_layouts(self.path, self.cfg)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run it belongs to (`<run>/checkpoints/<name>`), where the run's classifier is saved."""
+        return self.path.parent.parent
+
+    def weights(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        return read_tensors(self.path / "model.safetensors", device)
+
+    def counters(self) -> dict:
+        return json.loads((self.path / "counters.json").read_text())
+
+    def policy(self) -> GaussianPolicy | ChunkPolicy:
+        """The actor network (weights + normalisation), built from the layout alone: no env, no simulator. What eval,
+        the deployment node and a residual base run."""
+        cfg, lay = self.cfg, self.layouts["policy"]
+        build = make_chunk_policy if cfg.algo == "bc" else make_policy
+        policy = build(cfg.bc.policy if cfg.algo == "bc" else cfg.sac, lay.state_dim, lay.action_dim, lay.cameras,
+                       lay.image_size or 64)  # fmt: skip
+        policy.load_state_dict({k[len("policy.") :]: v for k, v in self.weights().items() if k.startswith("policy.")})
+        return policy.eval()
+
+    def start(self, model: torch.nn.Module, layout: ObsLayout, device: torch.device) -> None:
+        """Starts `model` (a run observing `layout`) from these weights (`init_from`): the layouts must agree field
+        for field, and the networks in shape."""
+        if diff := self.layouts["policy"].differences(layout):
+            raise UserError(
+                f"init_from={self.path}: its policy observes another layout than this run ({'; '.join(diff)})"
+            )
+        try:
+            model.load_state_dict(self.weights(device))
+        except RuntimeError as e:
+            first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
+            raise UserError(
+                f"init_from={self.path}: its networks differ from this run's sac settings ({first})"
+            ) from None
+
+    def restore(
+        self,
+        model: torch.nn.Module,
+        optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+        buffers: Mapping[str, ReplayBuffer] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> dict:
+        """Restores a run in place (a resume: weights, optimisers, buffers); returns its counters."""
+        model.load_state_dict(self.weights(device))
+        if optimizers:
+            tensors = read_tensors(self.path / "optim.safetensors", device)
+            meta = json.loads((self.path / "optim.json").read_text())
+            for oname, opt in optimizers.items():
+                opt.load_state_dict(_unflatten_optimizer(tensors, meta[oname], oname))
+        for bname, buf in (buffers or {}).items():
+            buf.load(self.path / f"buffer_{bname}.npz")
+        return self.counters()
 
 
-def load_initial_weights(path: Path | str, model: torch.nn.Module, layout: ObsLayout, device: torch.device) -> Path:
-    """Starts `model` (a run observing `layout`) from the weights of another run's checkpoint, `init_from`: the
-    layouts must agree field for field, and the networks in shape. Returns the checkpoint folder."""
-    path = resolve_checkpoint(path)
-    theirs = checkpoint_layouts(path, checkpoint_config(path))["policy"]
-    if diff := theirs.differences(layout):
-        raise UserError(f"init_from={path}: its policy observes another layout than this run ({'; '.join(diff)})")
-    try:
-        model.load_state_dict(read_tensors(path / "model.safetensors", device))
-    except RuntimeError as e:
-        first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
-        raise UserError(f"init_from={path}: its networks differ from this run's sac settings ({first})") from None
-    return path
-
-
-def resolve_checkpoint(path: Path | str) -> Path:
+def _resolve(path: Path) -> Path:
     """A checkpoint folder, or a run dir's final checkpoint (its latest while it is unfinished or interrupted)."""
-    path = Path(path)
     if (path / "config.yaml").is_file() and (path / "model.safetensors").is_file():
         return path
     if (path / "checkpoints").is_dir():
@@ -169,9 +208,8 @@ def resolve_checkpoint(path: Path | str) -> Path:
     raise UserError(f"{path}: neither a run dir nor a checkpoint folder (no config.yaml + model.safetensors)")
 
 
-def checkpoint_config(path: Path | str) -> TrainConfig:
-    """The resolved config a checkpoint folder (or run dir) was trained with."""
-    path = resolve_checkpoint(path)
+def _read_config(path: Path) -> TrainConfig:
+    """The resolved config a checkpoint folder was trained with, older spellings brought up to date."""
     try:
         saved = OmegaConf.load(path / "config.yaml")
         if "env" in saved and "obs_frame" not in saved.env:  # from before `env.obs_frame`: it observed absolute
@@ -186,7 +224,7 @@ def checkpoint_config(path: Path | str) -> TrainConfig:
         raise UserError(f"{path}: not a robot_rl checkpoint ({' '.join(str(e).split())})") from None
 
 
-def checkpoint_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
+def _read_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
     """{"env": ..., "policy": ...} of a checkpoint folder. Checkpoints from before layout.json: the env's from the
     robot config or a sim env of the task (the one fallback that builds an env), the policy's from its weights."""
     if (path / LAYOUT).is_file():
@@ -209,18 +247,3 @@ def checkpoint_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
         head = [v for k, v in weights.items() if k.startswith("policy.head.") and v.ndim == 2]
         policy = policy.replace(action_dim=head[-1].shape[0] // 2)
     return {"env": env_layout, "policy": policy}
-
-
-def load_policy(path: Path | str) -> tuple[GaussianPolicy | ChunkPolicy, TrainConfig]:
-    """The actor network of a checkpoint folder (weights + normalisation) and the run's config; what eval, the
-    deployment node and the robot load, built from the checkpoint's layout alone (no env, no simulator). Only
-    local paths: nothing is downloaded."""
-    path = resolve_checkpoint(path)
-    cfg = checkpoint_config(path)
-    lay = checkpoint_layouts(path, cfg)["policy"]
-    build = make_chunk_policy if cfg.algo == "bc" else make_policy
-    policy = build(cfg.bc.policy if cfg.algo == "bc" else cfg.sac, lay.state_dim, lay.action_dim, lay.cameras,
-                   lay.image_size or 64)  # fmt: skip
-    weights = read_tensors(Path(path) / "model.safetensors")
-    policy.load_state_dict({k[len("policy.") :]: v for k, v in weights.items() if k.startswith("policy.")})
-    return policy.eval(), cfg

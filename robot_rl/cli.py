@@ -208,15 +208,17 @@ def cmd_eval(args: list[str]) -> int:
     ns = p.parse_args(args)
     if ns.episodes < 1:
         raise UserError(f"--episodes {ns.episodes}: must be >= 1")
+    from robot_rl.checkpoint import Checkpoint
     from robot_rl.evaluation import camera_reliance, evaluate_checkpoint
 
+    ckpt = Checkpoint(ns.checkpoint)
     if ns.per_camera:
-        rows = camera_reliance(ns.checkpoint, ns.episodes, ns.seed, ns.nominal)
+        rows = camera_reliance(ckpt, ns.episodes, ns.seed, ns.nominal)
         for r in rows:
             print(f"blanked {r['blanked']:>8}: success {r['success_rate']:.2f}  kept {r['kept']:.2f}", file=sys.stderr)
         print(json.dumps(rows, indent=1))
         return 0
-    summary = evaluate_checkpoint(ns.checkpoint, ns.episodes, ns.video, ns.seed, ns.nominal, ns.blank)
+    summary = evaluate_checkpoint(ckpt, ns.episodes, ns.video, ns.seed, ns.nominal, ns.blank)
     summary.pop("per_episode")
     print(json.dumps(summary, indent=1))
     return 0

@@ -10,12 +10,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 
 from robot_rl.policies.base import Policy
 from robot_rl.types import EpisodeAborted
+
+if TYPE_CHECKING:
+    from robot_rl.checkpoint import Checkpoint
 
 log = logging.getLogger("robot_rl.evaluation")
 
@@ -199,33 +203,34 @@ class BlankCameras(gym.ObservationWrapper):
         return {k: np.zeros_like(v) if k in self.cameras else v for k, v in obs.items()}
 
 
-def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000,
+def evaluate_checkpoint(ckpt: Checkpoint, episodes: int, video_dir: Path | None = None, seed: int = 2_000_000,
                         nominal: bool = False, blank: Sequence[str] = ()) -> dict:  # fmt: skip
     """Runs a checkpoint's policy in its task, under its training randomisation or (`nominal`) none, with the
     `blank` cameras black, and, with `video_dir`, writes one mp4 per episode (cameras side by side with the
     step/action/reward overlay of `robot-rl replay`: what the policy saw)."""
-    from robot_rl.checkpoint import checkpoint_config, load_policy
     from robot_rl.demos.replay import compose_frames, write_video
     from robot_rl.envs import make_env
     from robot_rl.loop.adapters import agent_env
     from robot_rl.sim import config as sim_config
 
-    cfg = checkpoint_config(ckpt)
+    cfg = ckpt.cfg
     if cfg.robot is not None:
         from robot_rl.errors import UserError
 
         name = cfg.robot.name
-        raise UserError(f"{ckpt} was trained on robot={name}, whose observations a sim task does not make: "
-                        f"evaluate it there, `robot-rl deploy {ckpt} --robot {name} --episodes N`")  # fmt: skip
+        raise UserError(f"{ckpt.path} was trained on robot={name}, whose observations a sim task does not make: "
+                        f"evaluate it there, `robot-rl deploy {ckpt.path} --robot {name} --episodes N`")  # fmt: skip
     if nominal:
-        cfg.env = dataclasses.replace(cfg.env, randomization=sim_config.nominal(cfg.env.randomization))
+        cfg = dataclasses.replace(
+            cfg, env=dataclasses.replace(cfg.env, randomization=sim_config.nominal(cfg.env.randomization))
+        )
     env_cfg = cfg.env
     if video_dir and cfg.env.obs == "state":  # cameras for the video only; the policy reads `state`
         env_cfg = dataclasses.replace(cfg.env, obs="both", image_size=max(cfg.env.image_size, 128))
     env = agent_env(cfg, make_env(env_cfg))
     if blank:
         env = BlankCameras(env, blank)
-    policy, _ = load_policy(ckpt)
+    policy = ckpt.policy()
     rollouts = []
     for ep in range(episodes):
         r = rollout(env, policy, seed + ep, record=video_dir is not None)
@@ -237,7 +242,7 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     env.close()
     res = summarize(rollouts)
     summary = {
-        "checkpoint": str(ckpt),
+        "checkpoint": str(ckpt.path),
         "task": cfg.env.task,
         "randomization": "nominal" if nominal else "as trained",
         "blanked_cameras": list(blank),
@@ -268,16 +273,13 @@ def evaluate_checkpoint(ckpt: Path, episodes: int, video_dir: Path | None = None
     return summary
 
 
-def camera_reliance(ckpt: Path, episodes: int, seed: int = 2_000_000, nominal: bool = False) -> list[dict]:
+def camera_reliance(ckpt: Checkpoint, episodes: int, seed: int = 2_000_000, nominal: bool = False) -> list[dict]:
     """Success with all cameras, then with each one blanked in turn, on the same episodes: how much each carries."""
-    from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts, resolve_checkpoint
-
-    folder = resolve_checkpoint(ckpt)
-    cameras = checkpoint_layouts(folder, checkpoint_config(folder))["policy"].cameras
+    cameras = ckpt.layouts["policy"].cameras
     if not cameras:
         from robot_rl.errors import UserError
 
-        raise UserError(f"{ckpt}: the policy observes no camera (obs=state), so there is none to blank")
+        raise UserError(f"{ckpt.path}: the policy observes no camera (obs=state), so there is none to blank")
     rows = []
     for blank in ((), *((c,) for c in cameras)):
         r = evaluate_checkpoint(ckpt, episodes, seed=seed, nominal=nominal, blank=blank)

@@ -33,7 +33,7 @@ class EpisodeAborted(RuntimeError):
 class ObsLayout:
     """What a policy reads and emits, one description for every side of a run: the sim envs and `RobotEnv` give
     observations in it, the trainer builds networks from it and every checkpoint saves it (`layout.json`), so
-    `load_policy` and deploy need neither an env nor the simulator."""
+    `Checkpoint.policy` and deploy need neither an env nor the simulator."""
 
     state: dict[str, tuple[int, int]]  # field -> (start, stop) in obs["state"], in order (sim/envs.py names them)
     cameras: tuple[str, ...] = ()

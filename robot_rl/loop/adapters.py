@@ -35,9 +35,9 @@ def load_base(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.
     the actor runs its own SAC copy too."""
     path = Path(path)
     if (path / "config.yaml").is_file():
-        from robot_rl.checkpoint import load_policy
+        from robot_rl.checkpoint import Checkpoint
 
-        return load_policy(path)[0]
+        return Checkpoint(path).policy()
     if (path / "vla.json").is_file() or (path / "config.json").is_file():
         from robot_rl.policies.vla import load_policy as load_vla  # the vla extra
 

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robot_rl.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.sampler import RamSource, SequenceDataset
 from robot_rl.envs import make_env
@@ -82,7 +82,7 @@ class BCRun:
         self.step, wall_before = 0, 0.0
         ckpt = latest_checkpoint(self.ckpt_root) if cfg.resume else None
         if ckpt is not None:
-            counters = load_checkpoint(ckpt, self.state, {"bc": self.opt}, device=self.device)
+            counters = Checkpoint(ckpt).restore(self.state, {"bc": self.opt}, device=self.device)
             self.step, wall_before = counters["updates"], counters["wall_clock_s"]
             print(f"resumed {self.run_dir} from {ckpt.name}: {self.step} gradient steps")
         self.writer = SummaryWriter(str(self.run_dir / "tb"))

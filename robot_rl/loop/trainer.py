@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint
+from robot_rl.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.collect import episode_transitions
 from robot_rl.evaluation import EvalResult
@@ -94,7 +94,7 @@ class TrainingRun:
         cfg, lay = self.cfg, self.layouts["policy"]
         algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
         if cfg.init_from:
-            load_initial_weights(cfg.init_from, algo, lay, self.device)
+            Checkpoint(cfg.init_from).start(algo, lay, self.device)
         else:
             states = demo_buf.valid_states() if len(demo_buf) else self.cell.normaliser_states()
             algo.policy.encoder.set_state_normalization(states, lay.state)
@@ -114,7 +114,7 @@ class TrainingRun:
             return False
         learner, s = self.learner, self.state
         buffers = {"demo": learner.demo, "online": learner.online}
-        self.state = s = RunState(**load_checkpoint(ckpt, self.algo, self.algo.optimizers(), buffers, self.device))
+        self.state = s = RunState(**Checkpoint(ckpt).restore(self.algo, self.algo.optimizers(), buffers, self.device))
         learner.env_steps, learner.updates, learner.sim_steps = s.env_steps, s.updates, s.sim_steps
         learner.online.break_sequence()  # the interrupted episode is not continued
         learner.demo.break_sequence()

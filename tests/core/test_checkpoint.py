@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robot_rl.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from robot_rl.errors import UserError
 from robot_rl.types import Transition
 
@@ -35,7 +35,7 @@ def test_only_the_latest_checkpoint_keeps_buffers_and_resume_restores_them(tmp_p
     assert latest_checkpoint(tmp_path) == second and list(second.glob("buffer_*.npz"))
 
     restored = ReplayBuffer(64, seed=1)
-    counters = load_checkpoint(second, torch.nn.Linear(3, 2), buffers={"online": restored})
+    counters = Checkpoint(second).restore(torch.nn.Linear(3, 2), buffers={"online": restored})
     assert counters["env_steps"] == 2 and len(restored) == len(buf) == 20
     np.testing.assert_array_equal(restored.obs["state"], buf.obs["state"])
 
@@ -43,21 +43,20 @@ def test_only_the_latest_checkpoint_keeps_buffers_and_resume_restores_them(tmp_p
 def test_a_checkpoint_from_before_obs_frame_or_action_history_keeps_its_observation(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from robot_rl.checkpoint import checkpoint_config
     from robot_rl.config import TrainConfig
 
     saved = OmegaConf.to_container(OmegaConf.structured(TrainConfig))
     (tmp_path / "model.safetensors").write_bytes(b"")
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
-    assert checkpoint_config(tmp_path).env.obs_frame == "relative"  # today's default, recorded
+    assert Checkpoint(tmp_path).cfg.env.obs_frame == "relative"  # today's default, recorded
     del saved["env"]["obs_frame"]
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
-    assert checkpoint_config(tmp_path).env.obs_frame == "absolute"
+    assert Checkpoint(tmp_path).cfg.env.obs_frame == "absolute"
     del saved["env"]["randomization"]["action_history"]
     for old, history in ((True, 1), (False, 0)):
         saved["env"]["randomization"]["observe_last_action"] = old
         (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
-        assert checkpoint_config(tmp_path).env.randomization.action_history == history
+        assert Checkpoint(tmp_path).cfg.env.randomization.action_history == history
 
 
 def test_a_truncated_checkpoint_file_is_named_not_a_traceback(tmp_path: Path) -> None:
@@ -72,5 +71,5 @@ def test_a_truncated_checkpoint_file_is_named_not_a_traceback(tmp_path: Path) ->
         whole = f.read_bytes()
         f.write_bytes(whole[: len(whole) // 2])  # a copy cut short
         with pytest.raises(UserError, match=f"{name}: damaged or truncated checkpoint file"):
-            load_checkpoint(ckpt, torch.nn.Linear(3, 2), opts, {"online": ReplayBuffer(64)})
+            Checkpoint(ckpt).restore(torch.nn.Linear(3, 2), opts, {"online": ReplayBuffer(64)})
         f.write_bytes(whole)

@@ -28,7 +28,7 @@ NO_MUJOCO = """
 import json, sys
 sys.modules["mujoco"] = None
 import numpy as np
-from robot_rl.checkpoint import checkpoint_layouts, load_policy, resolve_checkpoint
+from robot_rl.checkpoint import Checkpoint
 from robot_rl.loop.adapters import env_policy
 out = []
 for path in sys.argv[1:]:
@@ -39,9 +39,8 @@ for path in sys.argv[1:]:
         action = np.asarray(vla.select_action(obs, deterministic=True))
         out.append(["vla", action.shape[0], bool(np.isfinite(action).all())])
         continue
-    path = resolve_checkpoint(path)
-    agent, cfg = load_policy(path)
-    lay = checkpoint_layouts(path, cfg)
+    ckpt = Checkpoint(path)
+    agent, cfg, lay = ckpt.policy(), ckpt.cfg, ckpt.layouts
     space = lay["env"].observation_space()
     space.seed(0)
     obs = {k: v.astype(np.float32) if k == "state" else v for k, v in space.sample().items()}

@@ -16,6 +16,7 @@ import torch
 from robot_rl.algos.dsrl import DSRLConfig, NoiseEnv
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.checkpoint import Checkpoint
 from robot_rl.config import load_config
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
 from robot_rl.loop.actor import Actor
@@ -55,7 +56,7 @@ def test_residual_rl_improves_on_the_base(weak_base: dict, tmp_path: Path) -> No
     assert gain(summary, weak_base) >= 0.25
     # `robot-rl eval` runs the saved agent inside its adapter (the base reloaded from its own folder).
     final = json.loads(summary.read_text())
-    res = evaluate_checkpoint(Path(final["checkpoint"]), episodes=10, seed=1_000_000)
+    res = evaluate_checkpoint(Checkpoint(final["checkpoint"]), episodes=10, seed=1_000_000)
     assert abs(res["success_rate"] - final["evals"][-1]["success_rate"]) <= 0.3
 
 

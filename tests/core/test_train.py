@@ -17,10 +17,12 @@ import torch
 from omegaconf import OmegaConf
 
 from robot_rl.algos.sac import SAC, SACConfig
+from robot_rl.checkpoint import Checkpoint
 from robot_rl.cli import main
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.evaluation import evaluate, evaluate_checkpoint
+from robot_rl.loop import run as loop_run
 from robot_rl.loop import trainer
 from robot_rl.loop.actor import Actor
 from robot_rl.sim.config import EnvConfig, nominal
@@ -37,7 +39,7 @@ def test_short_run_beats_untrained_policy(pickcube_run: Path, tmp_path: Path) ->
     assert 0.0 < summary["intervention_rate"] < 1.0
 
     # The checkpoint alone reproduces the policy: `robot-rl eval` success matches and videos are playable.
-    ev = evaluate_checkpoint(pickcube_run / "checkpoints" / "final", episodes=3, video_dir=tmp_path / "videos")
+    ev = evaluate_checkpoint(Checkpoint(pickcube_run), episodes=3, video_dir=tmp_path / "videos")
     assert ev["success_rate"] >= untrained + 0.3
     cap = cv2.VideoCapture(str(tmp_path / "videos" / "episode_000.mp4"))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == ev["per_episode"][0]["length"]
@@ -59,7 +61,7 @@ def test_eval_nominal_drops_the_training_randomisation_and_keeps_what_the_policy
         assert main(["eval", str(ckpt), "--episodes", "3", *flags]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["randomization"] == ("nominal" if flags else "as trained")
-        ev = evaluate_checkpoint(ckpt, 3, nominal=bool(flags))  # the CLI prints the summary without per_episode
+        ev = evaluate_checkpoint(Checkpoint(ckpt), 3, nominal=bool(flags))  # the CLI prints it without per_episode
         assert ev["success_rate"] == out["success_rate"]
         return [(e["return"], e["length"]) for e in ev["per_episode"]]
 
@@ -78,7 +80,7 @@ def test_a_randomised_run_is_judged_on_the_nominal_scene(tmp_path: Path, monkeyp
         calls.append((rand == nominal(rand), episodes, seed))
         return dataclasses.replace(evaluate(env, policy, episodes, seed=seed), success_rate=float(not calls[-1][0]))
 
-    monkeypatch.setattr(trainer, "evaluate", rigged)
+    monkeypatch.setattr(loop_run, "evaluate", rigged)
     summary = json.loads(trainer.train(load_config([
         f"run_dir={tmp_path}", "randomization=robust", "loop.env_steps=200", "loop.eval_every=100",
         "loop.eval_episodes=2", "loop.final_eval_episodes=2", "demos.n_episodes=2", "loop.checkpoint_every=0",

@@ -16,7 +16,7 @@ from real_util import spawn, stop, wait_until
 
 from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SAC, SACConfig
-from robot_rl.checkpoint import save_checkpoint
+from robot_rl.checkpoint import Checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import make_env
@@ -51,7 +51,7 @@ def deploy_against_sim_robot(checkpoint: Path, domain: int, store: Path) -> dict
 
 def test_deployed_policy_matches_its_sim_success_rate(checkpoint: Path, domain: int, tmp_path: Path) -> None:
     summary = deploy_against_sim_robot(checkpoint, domain, tmp_path / "store")
-    direct = evaluate_checkpoint(checkpoint, EPISODES)  # same seeds as deploy's default
+    direct = evaluate_checkpoint(Checkpoint(checkpoint), EPISODES)  # same seeds as deploy's default
     print(f"\nsuccess over ROS 2 {summary['success_rate']:.2f} vs direct sim {direct['success_rate']:.2f}; "
           f"control {summary['control']}; latency p50/p99 {summary['latency_p50_ms']:.1f}/"
           f"{summary['latency_p99_ms']:.1f} ms")  # fmt: skip
@@ -77,7 +77,7 @@ def test_residual_checkpoint_deploys_with_its_base(checkpoint: Path, domain: int
     yaml = OmegaConf.to_yaml(OmegaConf.structured(cfg))
     residual = save_checkpoint(tmp_path / "residual", "final", agent, agent.optimizers(), counters, yaml)
     summary = deploy_against_sim_robot(residual, domain, tmp_path / "store")
-    direct = evaluate_checkpoint(residual, EPISODES)
+    direct = evaluate_checkpoint(Checkpoint(residual), EPISODES)
     assert summary["episodes"] == EPISODES and summary["aborted_episodes"] == 0
     assert abs(summary["success_rate"] - direct["success_rate"]) <= 0.25 and direct["success_rate"] >= 0.5
     with EpisodeStore(tmp_path / "store") as store:

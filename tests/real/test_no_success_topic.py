@@ -16,7 +16,7 @@ from real_util import inproc_robot, spawn, stop
 from test_robot import Served, layout
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, save_classifier
-from robot_rl.checkpoint import checkpoint_config, checkpoint_layouts
+from robot_rl.checkpoint import Checkpoint
 from robot_rl.config import load_config
 from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.errors import ConfigError, UserError
@@ -114,16 +114,16 @@ def test_deploy_without_a_success_topic_is_judged_by_the_runs_classifier_else_a_
 ) -> None:
     cfg = dataclasses.replace(robot_cfg, success_topic="")
     with pytest.raises(UserError, match="no success_topic .* saved no reward classifier.*--teleop"):
-        deploy(sim_run, cfg, 1, status=False)
+        deploy(Checkpoint(sim_run), cfg, 1, status=False)
     served = Served(robot_cfg)
     try:
-        keyed = deploy(sim_run, cfg, 2, device=Presses(at=4), status=False)
+        keyed = deploy(Checkpoint(sim_run), cfg, 2, device=Presses(at=4), status=False)
         run = tmp_path / "run"  # the same run, now with a classifier saved beside its checkpoints
         shutil.copytree(sim_run / "checkpoints", run / "checkpoints")
-        lay = checkpoint_layouts(run / "checkpoints" / "final", checkpoint_config(sim_run))["env"]
+        lay = Checkpoint(run).layouts["env"]
         meta = {"state_layout": {k: list(v) for k, v in lay.state.items()}, "cameras": [], "image_size": 0}
         save_classifier(classifier(lay.state, says=True), run / "reward_classifier.safetensors", meta)
-        judged = deploy(run, cfg, 2, status=False)
+        judged = deploy(Checkpoint(run), cfg, 2, status=False)
     finally:
         served.close()
     assert keyed["success_judge"] == "success key" and keyed["success_rate"] == 1.0

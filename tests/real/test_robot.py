@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from real_util import inproc_robot
 
+from robot_rl.checkpoint import Checkpoint
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.envs import make_env
@@ -440,7 +441,9 @@ class TakeoverDevice:
 def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cfg, checkpoint, tmp_path) -> None:
     s = Served(robot_cfg)
     try:
-        summary = deploy(checkpoint, robot_cfg, 3, record=tmp_path / "store", device=TakeoverDevice(), status=False)
+        summary = deploy(
+            Checkpoint(checkpoint), robot_cfg, 3, record=tmp_path / "store", device=TakeoverDevice(), status=False
+        )
     finally:
         s.close()
     assert summary["episodes"] == 1 and summary["stopped"].startswith("SafetyStop: teleop e-stop")
@@ -526,5 +529,5 @@ def test_a_force_limit_hold_ends_the_episode_as_the_sims_safety_terminal(robot_c
 
 def test_deploy_stops_with_the_reason_when_the_robot_never_answers_a_reset(robot_cfg, checkpoint) -> None:
     """No robot side on the domain: the first reset times out and the run ends `stopped` (exit 3), no traceback."""
-    summary = deploy(checkpoint, dataclasses.replace(robot_cfg, reset_timeout_s=0.5), 2, status=False)
+    summary = deploy(Checkpoint(checkpoint), dataclasses.replace(robot_cfg, reset_timeout_s=0.5), 2, status=False)
     assert summary["episodes"] == 0 and summary["stopped"].startswith("StaleDataError: [sim] no subscriber on")

@@ -13,7 +13,7 @@ import pytest
 from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
-from robot_rl.checkpoint import latest_checkpoint, load_policy
+from robot_rl.checkpoint import Checkpoint, latest_checkpoint
 from robot_rl.config import load_config
 from robot_rl.errors import ConfigError
 from robot_rl.types import PRIVILEGED_FIELDS
@@ -79,7 +79,8 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
                            "ee_force"]  # fmt: skip
     assert not set(state) & set(PRIVILEGED_FIELDS) and summary["obs_layout"]["cameras"] == []
     assert policy_state_dim(run / "checkpoints" / "final") == max(stop for _, stop in state.values()) == 26
-    policy, cfg = load_policy(run / "checkpoints" / "final")  # as deploy and eval load it: no robot, no sim needed
+    ckpt = Checkpoint(run / "checkpoints" / "final")
+    policy, cfg = ckpt.policy(), ckpt.cfg  # as deploy and eval load it: no robot, no sim needed
     assert cfg.robot.name == "sim" and policy.select_action({"state": np.zeros(26, np.float32)}).shape == (4,)
     # Every step the robot advanced was commanded: training and all evaluation episodes (1 + 1 + 2 of 50 steps)
     # went through the sim robot, i.e. through RobotEnv (a sim env would not have advanced it). No arm time went to

@@ -101,7 +101,7 @@ def test_the_expert_solves_pick_cube_inside_franka_limits(monkeypatch: pytest.Mo
 def test_a_training_run_with_limits_collects_trains_and_evaluates_inside_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import Checkpoint
     from robot_rl.config import load_config
     from robot_rl.loop.trainer import train
 
@@ -113,7 +113,7 @@ def test_a_training_run_with_limits_collects_trains_and_evaluates_inside_them(
                                  "profile=cpu"]))  # fmt: skip
     assert json.loads(summary.read_text())["status"] == "finished"
     assert calls["pose"] > 40 + 10  # the online steps, the demo's and the evaluation's
-    assert load_policy(tmp_path / "checkpoints" / "final")[1].env.for_robot == "franka"  # evals and deploy rebuild it
+    assert Checkpoint(tmp_path).cfg.env.for_robot == "franka"  # evals and deploy rebuild it
 
 
 def test_limits_need_the_entry_point_that_loads_them() -> None:
