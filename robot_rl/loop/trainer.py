@@ -24,10 +24,9 @@ from tqdm import tqdm
 
 from robot_rl.algos.reward_classifier import ClassifierReward, classifier_rewards
 from robot_rl.algos.sac import SAC
-from robot_rl.buffers import ReplayBuffer
+from robot_rl.buffers import ReplayBuffer, episode_transitions
 from robot_rl.checkpoint import latest_checkpoint, load_checkpoint, load_initial_weights, save_checkpoint
 from robot_rl.config import TrainConfig
-from robot_rl.demos.collect import episode_transitions
 from robot_rl.envs import make_env, make_vec_env, robot_layout
 from robot_rl.evaluation import EvalResult, evaluate
 from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
