@@ -90,7 +90,7 @@ class RobotConfig:
     gripper_max_width: float = 0.08  # the joints' sum when fully open
     gripper_closed: float = 0.0  # ... and when closed
     cameras: list[CameraConfig] = field(default_factory=list)
-    # The sim robot's camera frames, and `collect --backend robot`'s rate; a run (`env.image_size`, `env.control_hz`)
+    # The sim robot's camera frames, and `collect --robot NAME`'s rate; a run (`env.image_size`, `env.control_hz`)
     # and a checkpoint (its layout) say what the policy sees and how fast it acts.
     image_size: int = 64
     control_hz: float = 10.0

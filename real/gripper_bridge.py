@@ -108,7 +108,7 @@ class GripperBridge:
         self.context.try_shutdown()
 
 
-def serve(robot: RobotConfig) -> None:
+def serve_gripper_bridge(robot: RobotConfig) -> None:
     """`robot-rl gripper-bridge`: bridges `robot`'s gripper opening to its driver's action until SIGINT / SIGTERM."""
     bridge = GripperBridge(robot)
     stop = stop_on_signals()

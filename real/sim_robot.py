@@ -409,7 +409,7 @@ class SimRobot:
             self.tx.close()
 
 
-def serve(cfg: SimRobotConfig, robot: RobotConfig, duration_s: float = 0.0, cell: str = "") -> None:
+def serve_sim_robot(cfg: SimRobotConfig, robot: RobotConfig, duration_s: float = 0.0, cell: str = "") -> None:
     """`robot-rl sim-robot`: the MuJoCo arm on `robot`'s topics until SIGINT / SIGTERM (or `duration_s` seconds)."""
     stop = stop_on_signals()
     node = SimRobot(cfg, robot)

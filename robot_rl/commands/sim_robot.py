@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from robot_rl.configs import task_names, task_option
-    from robot_rl.real.sim_robot import RandomizationConfig, SimRobotConfig, load_cell, serve
+    from robot_rl.real.sim_robot import RandomizationConfig, SimRobotConfig, load_cell, serve_sim_robot
     from robot_rl.sim.config import TASKS
 
     ns = build_parser().parse_intermixed_args(argv)
@@ -77,5 +77,5 @@ def main(argv: list[str]) -> int:
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
         control_hz=ns.control_hz or robot.control_hz, arm=ns.arm, **cell,
     )  # fmt: skip
-    serve(cfg, robot, ns.duration, ns.cell)
+    serve_sim_robot(cfg, robot, ns.duration, ns.cell)
     return 0

@@ -55,7 +55,7 @@ def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str,
             start += b - a
     if not idx:
         raise UserError(f"the store's state has no proprio field ({', '.join(PROPRIO_FIELDS)}): record it with "
-                        "`collect --backend robot`")  # fmt: skip
+                        "`collect --robot NAME`")  # fmt: skip
     return np.concatenate(idx), layout
 
 
@@ -69,7 +69,7 @@ def load_frames(store_path: Path, cameras: list[str] | None = None) -> tuple[lis
             meta = st.meta(i)
             if "label" not in st.keys:
                 raise UserError(f"{store_path} has no labelled frames: record them with `robot-rl collect "
-                                "--backend robot --label-frames N` (the success key labels frames)")  # fmt: skip
+                                "--robot NAME --label-frames N` (the success key labels frames)")  # fmt: skip
             cams = list(cameras if cameras is not None else meta.get("cameras", []))
             idx, state_layout = proprio_columns(meta.get("state_layout") or {})
             ep = st.episode(i)

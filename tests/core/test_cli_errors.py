@@ -131,7 +131,7 @@ def test_sim_robot_refuses_a_task_before_it_starts_anything(monkeypatch, capsys)
         raise AssertionError("sim-robot got past its arguments")
 
     monkeypatch.setattr(command, "robot_from_args", started)  # the robot config
-    for name in ("serve", "stop_on_signals", "SimRobot"):  # signal handlers, ROS
+    for name in ("serve_sim_robot", "stop_on_signals", "SimRobot"):  # signal handlers, ROS
         monkeypatch.setattr(sim_robot, name, started)
     assert main(["sim-robot", "--task", "nope"]) == 2
     assert "peg_insert, pick_cube" in capsys.readouterr().err
