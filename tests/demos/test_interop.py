@@ -322,7 +322,8 @@ def test_legacy_zarr_v2_replay_buffer(tmp_path: Path) -> None:
         root.create_array(f"data/{k}", data=v, chunks=(4, *v.shape[1:]))
     root.create_array("meta/episode_ends", data=ends)
     assert (src / "data/img/.zarray").is_file()  # really v2 on disk
-    assert robot_rl("convert", "legacy-zarr", str(src), "--out", str(tmp_path / "s"), "--task", "push_t").returncode == 0
+    out = robot_rl("convert", "legacy-zarr", str(src), "--out", str(tmp_path / "s"), "--task", "push_t")
+    assert out.returncode == 0
     with EpisodeStore(tmp_path / "s") as st:
         assert len(st) == 3 and np.array_equal(st.episode_ends, ends)
         assert set(st.keys) == {"front", "state", "action"} and set(st.final_keys) == {"front", "state"}
