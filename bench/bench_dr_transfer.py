@@ -47,12 +47,13 @@ def _cli(*args: str) -> list[str]:
 
 def env_successes(ckpt: Path, shifted: bool, episodes: int) -> list[bool]:
     """In-process rollouts; the checkpoint's own training randomisation is replaced by nominal or the shift."""
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import Checkpoint
     from robot_rl.envs import make_env
     from robot_rl.evaluation import rollout
     from robot_rl.sim.config import nominal
 
-    policy, cfg = load_policy(ckpt)
+    checkpoint = Checkpoint(ckpt)
+    policy, cfg = checkpoint.policy(), checkpoint.cfg
     # Only the observation layout carries over from training; the dynamics are nominal or the shift.
     rand = nominal(cfg.env.randomization)
     if shifted:
@@ -84,9 +85,9 @@ def sim_robot_args(cfg, shifted: bool) -> list[str]:
 
 def dds_successes(ckpt: Path, shifted: bool, episodes: int) -> tuple[list[bool], dict]:
     """`robot-rl deploy` against `robot-rl sim-robot`, two processes on a random loopback DDS domain."""
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import Checkpoint
 
-    cfg = load_policy(ckpt)[1]
+    cfg = Checkpoint(ckpt).cfg
     domain = str(random.randint(1, 200))
     sim = subprocess.Popen(_cli("sim-robot", "--domain", domain, *sim_robot_args(cfg, shifted)),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

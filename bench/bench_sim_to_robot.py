@@ -249,7 +249,7 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
         for attempt in range(8):
             with Cell() as cell:
                 try:
-                    cli("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(cell.domain),
+                    cli("collect", str(store), "--robot", "sim", "--domain", str(cell.domain),
                         "-n", str(n_demos), "--device", "simulated", "--label-frames", str(hold), "--obs", "pixels",
                         "--wander", str(wander), "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
                     failed = ""
@@ -264,7 +264,8 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
         stages["demos"] = {"robot_min": robot_s / 60.0, "wall_min": (time.perf_counter() - t) / 60.0,
                            "restarts_on_aborts": restarts}  # fmt: skip
         t = time.perf_counter()
-        report = json.loads(cli("classifier", "train", str(store), str(clf), "--steps", str(10 if quick else 1000)))
+        steps = str(10 if quick else 1000)
+        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", steps))
         (work / "classifier.json").write_text(json.dumps(report, indent=1))
         stages["classifier"] = {"wall_min": (time.perf_counter() - t) / 60.0}
     threshold = max(json.loads((work / "classifier.json").read_text())["threshold"], THRESHOLD_FLOOR)

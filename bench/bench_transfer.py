@@ -122,14 +122,15 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
             stale_view: bool = False) -> list[dict]:  # fmt: skip
     """All cells (or the `only` ones, nominal always) of one checkpoint (run_dir) or, with run_dir None, of the
     expert (`stale_view`: on the policy's delayed view, `ExpertPolicy`)."""
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import Checkpoint
     from robot_rl.sim import ExpertPolicy
     from robot_rl.sim.config import EnvConfig, nominal
 
     if run_dir is None:
         base, policy_for = EnvConfig(task=task), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
     else:
-        policy, cfg = load_policy(run_dir / "checkpoints" / "final")
+        checkpoint = Checkpoint(run_dir / "checkpoints" / "final")
+        policy, cfg = checkpoint.policy(), checkpoint.cfg
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
     # What the policy observes (`obs_frame`, `randomization.nominal`) carries over, nothing else of the training DR.
     rows, at_nominal = [], None

@@ -103,13 +103,14 @@ def cell(env_cfg, policy_for, episodes: int) -> list[bool]:
 def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = False) -> list[dict]:
     """Every cell (or, for the stale-view expert, `STALE_VIEW_SHIFTS`) of one checkpoint or, with None, the expert
     on a camera env (it reads the simulator, but the shifted scenes are rendered all the same)."""
-    from robot_rl.checkpoint import load_policy
+    from robot_rl.checkpoint import Checkpoint
     from robot_rl.sim import EnvConfig, ExpertPolicy
 
     if ckpt is None:
         base, policy_for = EnvConfig(obs="pixels"), (lambda env: ExpertPolicy(env, stale_view))  # noqa: E731
     else:
-        policy, cfg = load_policy(ckpt)
+        checkpoint = Checkpoint(ckpt)
+        policy, cfg = checkpoint.policy(), checkpoint.cfg
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
     rows, at_nominal = [], []
     for shift, fields in {"nominal": {}, **SHIFTS}.items():

@@ -1,12 +1,13 @@
-"""Scripted (or any device-driven) episodes -> zarr store, and stored episodes -> transitions for RL."""
+"""Device-driven episodes -> zarr store: the env they run in, the episode loop, the session (`robot-rl collect`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import gymnasium as gym
@@ -16,29 +17,7 @@ from robot_rl.demos.operator import Operator
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand, TeleopDevice, to_action
 from robot_rl.errors import UserError
-from robot_rl.types import EpisodeAborted, ObsLayout, Transition, stack_fields
-
-
-def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Iterator[Transition]:
-    """Stored episode i as transitions; next_obs of the last step comes from the `final` record."""
-    ep = store.episode(i)
-    final = store.final(i)
-    n = len(ep["action"])
-    for t in range(n):
-        nxt = {k: ep[k][t + 1] for k in obs_keys} if t + 1 < n else {k: final[k] for k in obs_keys}
-        yield Transition(
-            obs={k: ep[k][t] for k in obs_keys},
-            action=ep["action"][t],
-            reward=float(ep["reward"][t]),
-            next_obs=nxt,
-            terminated=bool(ep["terminated"][t]),
-            truncated=bool(ep["truncated"][t]) or t == n - 1,
-            intervened=bool(ep["intervened"][t]),
-        )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Device-driven collection (`robot-rl collect`)
+from robot_rl.types import EpisodeAborted, ObsLayout, stack_fields
 
 TASK_INSTRUCTIONS = {
     "PickCube": "pick up the cube and lift it",
@@ -411,125 +390,43 @@ def _ask_verdict(operator: Operator, ep: Episode) -> str:
     return operator.ask(f"episode done ({what}): [k] keep  [d] discard  [r] re-record (same seed)", keys)
 
 
-def main(argv: list[str]) -> int:
-    """`robot-rl collect`: device-driven episodes into a store, resumable after a crash or Ctrl-C."""
-    import argparse
+def collect(
+    cfg: CollectConfig,
+    store_path: Path,
+    n_episodes: int,
+    *,
+    device_name: str = "scripted",
+    noise: float = 0.0,
+    wander: int = 0,
+    resume: bool = False,
+    fsync: bool = True,
+) -> CollectStats:
+    """`robot-rl collect`: episodes driven by `device_name` into the store at `store_path` (created, or extended
+    with `resume`) until it holds `n_episodes`; a person at the terminal starts and judges each episode."""
     import contextlib
-    import sys
-    from pathlib import Path
 
-    from robot_rl.configs import task_names, task_option
-    from robot_rl.demos.teleop import DEVICES, UNATTENDED, make_device
+    from robot_rl.demos.teleop import UNATTENDED, make_device
 
-    tasks = task_names()
-    p = argparse.ArgumentParser(prog="robot-rl collect", description=main.__doc__)
-    p.add_argument("store", type=Path, help="the episode store to create (or extend with --resume)")
-    p.add_argument("--task", default="pick_cube", help=f"{' | '.join(tasks)} (the names of `robot-rl train task=`)")
-    p.add_argument("--episodes", "-n", type=int, required=True, help="target number of episodes in the store")
-    p.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="scripted",
-        help="who drives: the scripted expert, a person (spacemouse, gamepad: pip install -e '.[teleop]'), "
-        "or the simulated operator (on the sim robot only)",
-    )
-    p.add_argument("--backend", default="sim", choices=sorted(ENV_BACKENDS), help="where episodes run")
-    p.add_argument("--robot", default="sim", help="--backend robot: robot config, sim | franka | ur5e | file.yaml")
-    p.add_argument("--domain", type=int, default=None, help="--backend robot: DDS domain id (default: the config's)")
-    p.add_argument(
-        "--robot-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="--backend robot: robot config override (repeatable), e.g. lockstep=true against `sim-robot --lockstep`",
-    )
-    p.add_argument("--sim", default="", help="simulator config as in `train sim=` (mujoco, maniskill, gym, gym_hil)")
-    p.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env settings as in `train env.KEY=VALUE` (repeatable), e.g. gym.kwargs.random_block_position=true",
-    )
-    p.add_argument("--obs", default="both", choices=("state", "pixels", "both"), help="what is recorded")
-    p.add_argument("--cameras", default="front,wrist", help="comma-separated camera names")
-    p.add_argument("--image-size", type=int, default=64, help="camera frame height and width in pixels")
-    p.add_argument(
-        "--max-steps",
-        type=int,
-        default=0,
-        help=f"episode step limit (0: {HUMAN_EPISODE_S:.0f} s for a person, the task default for scripted)",
-    )
-    p.add_argument("--instruction", default="", help="language instruction (default: per task)")
-    p.add_argument("--success-only", action="store_true", help="discard episodes that did not succeed")
-    p.add_argument(
-        "--label-frames",
-        type=int,
-        default=0,
-        metavar="N",
-        help="label frames for a success classifier: each row records the operator's verdict (`label`: on from the "
-        "success key, off from the failure key); the success key ends the episode N steps later, not at once",
-    )
-    p.add_argument("--resume", action="store_true", help="append to an existing store")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then one more per episode)")
-    p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
-    p.add_argument("--wander", type=int, default=0, metavar="N", help="simulated device: first N steps of each "
-                   "episode to a random pose and gripper (failure frames for a classifier)")  # fmt: skip
-    p.add_argument("--hz", type=float, default=None, help="loop rate (default: 10 for human devices, unpaced scripted)")
-    p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
-    ns = p.parse_args(argv)
-    human = ns.device not in UNATTENDED
-    hz = ns.hz if ns.hz is not None else (10.0 if human else 0.0)
-    robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
-    if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1 or ns.label_frames < 0:
-        raise UserError("--episodes and --image-size must be >= 1, --hz, --max-steps and --label-frames >= 0")
-    from robot_rl.config import load_config  # the env exactly as `train` composes it, through the one env factory
-
-    env_cfg = load_config(
-        [f"task={task_option(ns.task)}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]
-    ).env
-    cfg = CollectConfig(
-        task=env_cfg.task,
-        env=env_cfg,
-        backend=ns.backend,
-        obs=ns.obs,
-        cameras=tuple(c for c in ns.cameras.split(",") if c),
-        image_size=ns.image_size,
-        max_episode_steps=ns.max_steps or (round(HUMAN_EPISODE_S * (hz or 10.0)) if human else 0),
-        instruction=ns.instruction,
-        success_only=ns.success_only,
-        seed=ns.seed,
-        hz=0.0 if ns.backend == "robot" else hz,  # a RobotEnv keeps its own control rate
-        robot=ns.robot,
-        robot_overrides=robot_overrides,
-        control_hz=ns.hz or 0.0,
-        label_frames=ns.label_frames,
-    )
-    if (ns.store / "commit.json").exists() and not ns.resume:
-        raise UserError(f"{ns.store} already exists; pass --resume to add to it")
+    if (store_path / "commit.json").exists() and not resume:
+        raise UserError(f"{store_path} already exists; pass --resume to add to it")
+    human = device_name not in UNATTENDED
     with contextlib.ExitStack() as session:
         eyes = None
-        if ns.device == "simulated":  # it watches the sim robot's scene on its own node, apart from the env
-            if ns.backend != "robot":
-                raise UserError("--device simulated drives the sim robot: add --backend robot --robot sim")
+        if device_name == "simulated":  # it watches the sim robot's scene on its own node, apart from the env
+            if cfg.backend != "robot":
+                raise UserError("--device simulated drives the sim robot: add --robot sim")
             from robot_rl.real.config import load_robot_config
             from robot_rl.real.scene import SceneWatcher
 
-            robot = load_robot_config(ns.robot, list(robot_overrides))
-            eyes = SceneWatcher(robot, fixture=env_cfg.task == "PegInsert")  # an insertion: where the hole is
+            robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
+            eyes = SceneWatcher(robot, fixture=cfg.task == "PegInsert")  # an insertion: where the hole is
         # a missing device fails first
-        device = make_device(ns.device, seed=ns.seed, noise_std=ns.noise, eyes=eyes, wander=ns.wander)
+        device = make_device(device_name, seed=cfg.seed, noise_std=noise, eyes=eyes, wander=wander)
         session.callback(device.close)
         operator = session.enter_context(Operator()) if human else None
-        if ns.device == "keyboard":
+        if device_name == "keyboard":
             from robot_rl.demos.teleop.keyboard import key_help
 
             print(key_help(COLLECT_BUTTONS) + "  Ctrl-C stop", file=sys.stderr)
-        store = session.enter_context(EpisodeStore(ns.store, "a", fsync=not ns.no_fsync))
-        stats = collect_to_store(cfg, device, store, ns.episodes, progress=sys.stderr, operator=operator)
-    mb = stats.bytes_written / 1e6
-    print(
-        f"collected {stats.kept} episodes in {ns.store} ({stats.steps} steps, {mb:.1f} MB raw, "
-        f"{stats.bytes_written / 1e6 / max(stats.write_s, 1e-9):.1f} MB/s write)"
-    )
-    return 0
+        store = session.enter_context(EpisodeStore(store_path, "a", fsync=fsync))
+        return collect_to_store(cfg, device, store, n_episodes, progress=sys.stderr, operator=operator)

@@ -8,23 +8,30 @@ repair rebuilds a store from exactly its readable episodes and keeps the origina
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from robot_rl.configs import env_task
 from robot_rl.demos.store import SOURCES, EpisodeStore, StoreCorruptError, staged_path, staged_store
 from robot_rl.errors import UserError
 
-__all__ = ["key_specs", "info", "validate", "repair_store", "merge", "split", "filter_store", "copy_episodes", "main"]
+__all__ = [
+    "key_specs",
+    "info",
+    "validate",
+    "repair_store",
+    "merge",
+    "split",
+    "filter_store",
+    "copy_episodes",
+    "split_episodes",
+]
 
 # Per-step keys the RL side relies on, with the dtype kind each must have.
 _REQUIRED = {"action": "f", "reward": "f", "terminated": "b", "truncated": "b", "intervened": "b"}
@@ -211,20 +218,27 @@ def split(
 ) -> dict[str, int]:
     """Random split by episode into out_dir/train and out_dir/val (never splits an episode)."""
     with EpisodeStore(path, "r") as st, staged_path(out_dir) as tmp:
-        val, train = split_episodes(len(st), val_fraction, seed)
+        train, val, _ = split_episodes(len(st), val_fraction, seed)
         return {
-            "train": copy_episodes([(st, int(i)) for i in train], tmp / "train"),
-            "val": copy_episodes([(st, int(i)) for i in val], tmp / "val"),
+            "train": copy_episodes([(st, i) for i in train], tmp / "train"),
+            "val": copy_episodes([(st, i) for i in val], tmp / "val"),
         }
 
 
-def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(val, train) episode indices, sorted; at least one val episode when n > 1 and val_fraction > 0."""
-    if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    n_val = min(n - 1, max(1, round(n * val_fraction))) if n > 1 and val_fraction > 0 else 0
+def split_episodes(
+    n: int, val_fraction: float, seed: int, test_fraction: float = 0.0
+) -> tuple[list[int], list[int], list[int]]:
+    """(train, val, test) episode indices, each sorted, disjoint, covering range(n). A fraction > 0 gets at least
+    one episode as long as one is left for train. The same seed draws the same val episodes with or without a
+    test set: test takes the first of one permutation, val the next."""
+    for name, f in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= f < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {f}")
+    n_test = min(n - 1, max(1, round(n * test_fraction))) if n > 1 and test_fraction > 0 else 0
+    n_val = min(n - n_test - 1, max(1, round(n * val_fraction))) if n - n_test > 1 and val_fraction > 0 else 0
     perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    test, val, train = perm[:n_test], perm[n_test : n_test + n_val], perm[n_test + n_val :]
+    return tuple(sorted(int(i) for i in part) for part in (train, val, test))  # type: ignore[return-value]
 
 
 def filter_store(
@@ -251,78 +265,3 @@ def filter_store(
 
     with EpisodeStore(path, "r") as st:
         return copy_episodes([(st, i) for i in range(len(st)) if keep(st.meta(i))], out)
-
-
-def _print(obj: Any) -> None:
-    print(json.dumps(obj, indent=1, default=str))
-
-
-def main(argv: list[str]) -> int:
-    """`robot-rl dataset info|validate|merge|split|filter`."""
-    p = argparse.ArgumentParser(prog="robot-rl dataset", description="episode store tools")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("info", help="shapes, counts, lengths, success rate, disk size; exit 1 if damaged")
-    s.add_argument("store", type=Path, help="an episode store")
-    s = sub.add_parser("validate", help="check every invariant; exit 1 on problems")
-    s.add_argument("store", type=Path, help="an episode store")
-    s.add_argument(
-        "--repair",
-        action="store_true",
-        help="rebuild from the readable episodes only (the report names each dropped one); original kept as .bak",
-    )
-    s = sub.add_parser("merge", help="concatenate stores (all checked first; no output on failure)")
-    s.add_argument("inputs", type=Path, nargs="+", help="stores with the same keys, dtypes and shapes")
-    s.add_argument("--out", type=Path, required=True, help="the new store (must not exist)")
-    s = sub.add_parser("split", help="train/val split by episode")
-    s.add_argument("store", type=Path, help="an episode store")
-    s.add_argument("--out", type=Path, required=True, help="new folder for the train/ and val/ stores")
-    s.add_argument("--val", type=float, default=0.1, help="fraction of episodes for validation")
-    s.add_argument("--seed", type=int, default=0, help="seed of the random split")
-    s = sub.add_parser("filter", help="copy matching episodes")
-    s.add_argument("store", type=Path, help="an episode store")
-    s.add_argument("--out", type=Path, required=True, help="the new store (must not exist)")
-    s.add_argument("--success", choices=("true", "false"), help="keep only successful / failed episodes")
-    s.add_argument("--source", choices=sorted(SOURCES), help="keep only episodes of this source")
-    s.add_argument("--task", type=env_task, help="keep only episodes of this task (a `train task=` name, e.g. "
-                   "peg_insert, or the task an episode records)")  # fmt: skip
-    s.add_argument("--min-length", type=int, default=0, help="keep episodes at least this many steps long")
-    s.add_argument("--max-length", type=int, help="keep episodes at most this many steps long")
-    ns = p.parse_args(argv)
-    commands: dict[str, Callable[[], int]] = {
-        "info": lambda: _report_info(info(ns.store)),
-        "validate": lambda: _report_validation(validate(ns.store, repair=ns.repair)),
-        "merge": lambda: _print({"episodes": merge(ns.inputs, ns.out)}) or 0,
-        "split": lambda: _print(split(ns.store, ns.out, ns.val, ns.seed)) or 0,
-        "filter": lambda: (
-            _print(
-                {
-                    "episodes": filter_store(
-                        ns.store,
-                        ns.out,
-                        success=None if ns.success is None else ns.success == "true",
-                        source=ns.source,
-                        task=ns.task,
-                        min_length=ns.min_length,
-                        max_length=ns.max_length,
-                    )
-                }
-            )
-            or 0
-        ),
-    }
-    return commands[ns.cmd]()
-
-
-def _report_info(report: dict[str, Any]) -> int:
-    _print(report)
-    if not report["ok"]:
-        print(f"DAMAGED: {report['problems'][0]} (`robot-rl dataset validate {report['path']} --repair`)",
-              file=sys.stderr)  # fmt: skip
-    return 0 if report["ok"] else 1
-
-
-def _report_validation(report: dict[str, Any]) -> int:
-    _print(report)
-    if not report["ok"]:
-        print(f"INVALID: {len(report['problems'])} problem(s)", file=sys.stderr)
-    return 0 if report["ok"] else 1

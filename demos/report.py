@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import os
@@ -21,7 +20,7 @@ from robot_rl.demos.replay import camera_keys, compose_frames, h264_available, w
 from robot_rl.demos.store import EpisodeStore  # noqa: E402
 from robot_rl.errors import UserError  # noqa: E402
 
-__all__ = ["plot_episode", "plot_training", "plot_dataset", "html_report", "main"]
+__all__ = ["plot_episode", "plot_training", "plot_dataset", "html_report", "plot_stored_episode"]
 
 
 def _shade(ax: Any, flags: np.ndarray) -> None:
@@ -63,6 +62,13 @@ def plot_episode(
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return Path(out)
+
+
+def plot_stored_episode(store: str | os.PathLike[str], episode: int, out: str | os.PathLike[str]) -> Path:
+    """`plot_episode` of episode `episode` of the store at `store`, its state columns named from its meta."""
+    with EpisodeStore(store, "r") as st:
+        ep, layout = st.episode(episode), st.meta(episode).get("state_layout")
+    return plot_episode(ep, out, f"episode {episode}", layout)
 
 
 def plot_training(run_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
@@ -227,35 +233,3 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(_num(c)))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def main(argv: list[str]) -> int:
-    """`robot-rl plot episode|training|report`."""
-    p = argparse.ArgumentParser(prog="robot-rl plot", description="PNG plots and a static HTML dataset report")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("episode", help="action and proprio traces of one episode")
-    s.add_argument("store", type=Path, help="an episode store")
-    s.add_argument("--episode", type=int, default=0, help="episode index")
-    s.add_argument("--out", type=Path, required=True, help="PNG file")
-    s = sub.add_parser("training", help="return / success / intervention rate over training")
-    s.add_argument("run_dir", type=Path, help="a run dir, finished or still running")
-    s.add_argument("--out", required=True, help="PNG file, or a folder (training.png inside it)")
-    s = sub.add_parser("report", help="static HTML report of a dataset")
-    s.add_argument("store", type=Path, help="an episode store")
-    s.add_argument("--out", type=Path, required=True, help="folder for index.html, plots and videos")
-    s.add_argument("--episodes", default="all", help="episodes to show: all, or a comma list such as 0,3,7")
-    ns = p.parse_args(argv)
-    if ns.cmd == "episode":
-        with EpisodeStore(ns.store, "r") as st:
-            ep, layout = st.episode(ns.episode), st.meta(ns.episode).get("state_layout")
-        path = plot_episode(ep, ns.out, f"episode {ns.episode}", layout)
-    elif ns.cmd == "training":
-        path = plot_training(ns.run_dir, ns.out)
-    else:
-        try:
-            chosen = None if ns.episodes == "all" else [int(i) for i in ns.episodes.split(",")]
-        except ValueError:
-            raise UserError(f"--episodes {ns.episodes}: expected all or a comma list of episode numbers") from None
-        path = html_report(ns.store, ns.out, chosen)
-    print(path)
-    return 0

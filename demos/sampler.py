@@ -135,7 +135,7 @@ class SequenceDataset(Dataset):
 
     def split(self, val_fraction: float, seed: int = 0) -> tuple[SequenceDataset, SequenceDataset]:
         """(train, val) datasets over disjoint episodes of this one."""
-        val, train = split_episodes(len(self.episodes), val_fraction, seed)
+        train, val, _ = split_episodes(len(self.episodes), val_fraction, seed)
         src = self._path if self._path is not None else self.source
         kw = dict(
             horizon=self.horizon,

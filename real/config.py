@@ -6,7 +6,6 @@ too. Loading goes through OmegaConf's structured configs, so a misspelled key fa
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -91,7 +90,7 @@ class RobotConfig:
     gripper_max_width: float = 0.08  # the joints' sum when fully open
     gripper_closed: float = 0.0  # ... and when closed
     cameras: list[CameraConfig] = field(default_factory=list)
-    # The sim robot's camera frames, and `collect --backend robot`'s rate; a run (`env.image_size`, `env.control_hz`)
+    # The sim robot's camera frames, and `collect --robot NAME`'s rate; a run (`env.image_size`, `env.control_hz`)
     # and a checkpoint (its layout) say what the policy sees and how fast it acts.
     image_size: int = 64
     control_hz: float = 10.0
@@ -149,22 +148,6 @@ def load_robot_config(name_or_path: str, overrides: list[str] | None = None) -> 
     cfg: RobotConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     check_robot_config(cfg)
     return cfg
-
-
-def add_robot_args(p: argparse.ArgumentParser, default: str, overrides: bool = True) -> None:
-    """`--robot`, `--domain` and `key=value` overrides, the same for every command that talks to an arm."""
-    p.add_argument("--robot", default=default, help="robot config: sim | franka | ur5e | a robot yaml")
-    p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
-    if overrides:
-        p.add_argument("overrides", nargs="*", help="robot config overrides, key=value (e.g. safety.max_velocity=0.2)")
-
-
-def robot_from_args(ns: argparse.Namespace) -> RobotConfig:
-    """The robot config `add_robot_args` options name."""
-    robot = load_robot_config(ns.robot, getattr(ns, "overrides", None))
-    if ns.domain is not None:
-        robot.domain_id = ns.domain
-    return robot
 
 
 def check_robot_config(cfg: RobotConfig) -> None:

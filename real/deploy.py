@@ -13,8 +13,6 @@ person's success key on the `--teleop` device (`success_judge`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import sys
 import time
@@ -25,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, load_classifier
-from robot_rl.demos.teleop import TeleopDevice, make_device, to_action
+from robot_rl.demos.teleop import TeleopDevice, to_action
 from robot_rl.errors import UserError
-from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
+from robot_rl.real.config import RobotConfig
 from robot_rl.real.robot import ACTION_DIM, RobotEnv, SafetyStop, StaleDataError
 from robot_rl.real.timing import frozen_heap, one_inference_thread, percentiles_ms
 from robot_rl.types import ObsLayout
@@ -206,47 +204,3 @@ def deploy(
         "success_judge": judge,
         "per_episode": results,
     }
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl deploy", description="run a checkpoint's policy on a robot")
-    p.add_argument("checkpoint", type=Path, help="a run dir (its final or latest checkpoint) or a checkpoint folder")
-    add_robot_args(p, "sim")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run")
-    p.add_argument("--hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
-    p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
-    p.add_argument(
-        "--teleop",
-        default="none",
-        choices=("none", "spacemouse", "gamepad", "keyboard"),
-        help="human takeover device (the scripted expert needs sim state, so it is not offered)",
-    )
-    p.add_argument("--seed", type=int, default=2_000_000, help="first episode seed (reset=topic robots)")
-    p.add_argument("--quiet", action="store_true", help="no live status line")
-    ns = p.parse_intermixed_args(argv)
-    robot = robot_from_args(ns)
-    if ns.hz is not None and not 1.0 <= ns.hz <= 100.0:
-        p.error("--hz must be within 1..100")
-    device = make_device(ns.teleop) if ns.teleop != "none" else None
-    if ns.teleop == "keyboard":
-        from robot_rl.demos.teleop.keyboard import key_help
-
-        labels = {"intervene": "take over / hand back", ESTOP_EVENT: "E-STOP", SUCCESS_EVENT: "episode succeeded"}
-        keys = ("intervene", "gripper", ESTOP_EVENT, *((SUCCESS_EVENT,) if not robot.success_topic else ()))
-        print(key_help(keys, labels), file=sys.stderr)
-    try:
-        from robot_rl.checkpoint import Checkpoint
-
-        summary = deploy(Checkpoint(ns.checkpoint), robot, ns.episodes, ns.hz, ns.record, device, ns.seed, not ns.quiet)
-    finally:
-        if device is not None:
-            device.close()
-    print(json.dumps(summary, indent=1))
-    if stopped := summary["stopped"]:  # an e-stop or a silent robot is not a normal end: scripts must see it
-        if stopped.startswith("SafetyStop"):
-            fix = f"`robot-rl estop release --robot {ns.robot}` clears the latched e-stop"
-        else:
-            fix = "is the robot side up, on this domain?"
-        print(f"robot-rl deploy: stopped by {stopped}; {fix}", file=sys.stderr)
-        return 3
-    return 0

@@ -6,14 +6,12 @@ deployment node and the robot side hold on: latched, so a node that starts later
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 
 from robot_rl.real import msgs
-from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
+from robot_rl.real.config import RobotConfig
 
-__all__ = ["main", "publish_estop"]
+__all__ = ["publish_estop"]
 _SETTLE_S = 1.0
 _REPEAT_S = 0.1
 
@@ -42,19 +40,3 @@ def publish_estop(robot: RobotConfig, pressed: bool, wait_s: float) -> tuple[str
     finally:
         tx.close()
     return cfg.resolve(robot.estop_topic), matched
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl estop", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    p.add_argument("action", choices=("press", "release"), help="press: stop the robot and hold; release: clear it")
-    add_robot_args(p, "sim", overrides=False)
-    p.add_argument("--wait", type=float, default=10.0, help="seconds to wait for a node that listens on the e-stop")
-    ns = p.parse_args(argv)
-    robot = robot_from_args(ns)
-    topic, heard = publish_estop(robot, ns.action == "press", max(0.0, ns.wait))
-    done = "pressed" if ns.action == "press" else "released"
-    if not heard:
-        print(f"e-stop {done} on {topic} (domain {robot.domain_id}) but no node listens there", file=sys.stderr)
-        return 1
-    print(f"e-stop {done} on {topic} (domain {robot.domain_id}); {heard} node endpoint(s) heard it")
-    return 0

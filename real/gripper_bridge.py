@@ -12,7 +12,6 @@ Plain rclpy: actions are not part of robot_rl's topic transport.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import math
@@ -20,7 +19,7 @@ import threading
 from typing import Any
 
 from robot_rl.errors import UserError
-from robot_rl.real.config import RobotConfig, add_robot_args, robot_from_args
+from robot_rl.real.config import RobotConfig
 from robot_rl.real.timing import stop_on_signals
 
 log = logging.getLogger("robot_rl.gripper_bridge")
@@ -109,12 +108,8 @@ class GripperBridge:
         self.context.try_shutdown()
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="robot-rl gripper-bridge", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    add_robot_args(p, "franka")
-    ns = p.parse_intermixed_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s gripper-bridge %(levelname)s %(message)s")
-    robot = robot_from_args(ns)
+def serve_gripper_bridge(robot: RobotConfig) -> None:
+    """`robot-rl gripper-bridge`: bridges `robot`'s gripper opening to its driver's action until SIGINT / SIGTERM."""
     bridge = GripperBridge(robot)
     stop = stop_on_signals()
     log.info("%s (std_msgs/Float64 opening) -> %s (%s)", robot.gripper_topic, robot.gripper_bridge.action,
@@ -123,4 +118,3 @@ def main(argv: list[str]) -> int:
         bridge.spin(stop)
     finally:
         bridge.close()
-    return 0

@@ -1,4 +1,4 @@
-"""In-RAM replay for off-policy learning, and the RLPD demo/online mixer.
+"""In-RAM replay for off-policy learning, the RLPD demo/online mixer, and stored demos read as transitions.
 
 Observations live in a frame ring: each frame is written once and a transition at slot i reads its next
 observation from slot i+1, so images are never duplicated as obs and next_obs. An episode's final observation
@@ -11,14 +11,18 @@ draws one of them per row, for obs and next obs independently.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from robot_rl.errors import UserError
 from robot_rl.types import Batch, NpObs, TorchObs, Transition
+
+if TYPE_CHECKING:
+    from robot_rl.demos.store import EpisodeStore
 
 
 def _continuation_keys(obs: NpObs) -> list[str]:
@@ -284,3 +288,21 @@ class MixedSampler:
         if len(self.demo) == 0 or self.n_demo == 0:
             return self.online.sample(self.batch_size)
         return Batch.cat(self.demo.sample(self.n_demo), self.online.sample(self.batch_size - self.n_demo))
+
+
+def episode_transitions(store: EpisodeStore, i: int, obs_keys: list[str]) -> Iterator[Transition]:
+    """Stored episode i as transitions; next_obs of the last step comes from the `final` record."""
+    ep = store.episode(i)
+    final = store.final(i)
+    n = len(ep["action"])
+    for t in range(n):
+        nxt = {k: ep[k][t + 1] for k in obs_keys} if t + 1 < n else {k: final[k] for k in obs_keys}
+        yield Transition(
+            obs={k: ep[k][t] for k in obs_keys},
+            action=ep["action"][t],
+            reward=float(ep["reward"][t]),
+            next_obs=nxt,
+            terminated=bool(ep["terminated"][t]),
+            truncated=bool(ep["truncated"][t]) or t == n - 1,
+            intervened=bool(ep["intervened"][t]),
+        )

@@ -9,18 +9,16 @@ accumulation, adapters-only checkpoints that point at the base weights. Under `t
 policy is wrapped in torch DDP: each rank draws its own windows, gradients are all-reduced once per optimizer
 step (no_sync on the accumulation micro-steps), rank 0 evaluates and writes checkpoints.
 
-    robot-rl vla-sft data/pick.zarr runs/vla --base tiny --steps 300
-    torchrun --nproc_per_node 8 -m robot_rl.policies.vla.sft data/pick.zarr runs/vla --base /ckpt/pi0 --batch-size 32
+    robot-rl vla-sft data/pick.zarr --out runs/vla --base tiny --steps 300
+    torchrun --nproc_per_node 8 -m robot_rl.cli vla-sft data/pick.zarr --out runs/vla --base /ckpt/pi0 --batch-size 32
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,7 +35,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.policies.vla.lora import LoraSettings, apply_lora
 from robot_rl.policies.vla.pi0 import PI0Policy, VLAConfig, full_pi0_config, load_policy, tiny_pi0_config
 
-__all__ = ["SFTConfig", "DemoWindows", "train_sft", "make_policy", "main"]
+__all__ = ["SFTConfig", "DemoWindows", "train_sft", "make_policy"]
 
 
 @dataclass
@@ -285,53 +283,3 @@ def _base_chunk(cfg: SFTConfig) -> int:
 
 def _jsonable(x: Any) -> Any:
     return json.loads(json.dumps(x, default=str))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`robot-rl vla-sft STORE OUT`: LoRA (or full) fine-tuning of pi0 on an episode store."""
-    d = SFTConfig()
-    p = argparse.ArgumentParser(prog="robot-rl vla-sft", description=main.__doc__)
-    p.add_argument("store")
-    p.add_argument("out")
-    p.add_argument("--base", default=d.base, help="tiny | full | local checkpoint dir (ours, transformers, LeRobot)")
-    p.add_argument("--instruction", default=d.instruction, help="override the episodes' instructions")
-    p.add_argument("--cameras", default=",".join(d.cameras))
-    p.add_argument("--chunk-size", type=int, default=d.chunk_size)
-    p.add_argument("--n-action-steps", type=int, default=d.n_action_steps)
-    p.add_argument("--finetune", choices=("lora", "full"), default=d.finetune)
-    p.add_argument("--lora-r", type=int, default=d.lora.r)
-    p.add_argument("--lora-alpha", type=float, default=d.lora.alpha)
-    p.add_argument("--lora-vision", action="store_true")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--grad-accum", type=int, default=d.grad_accum)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--val-every", type=int, default=d.val_every)
-    p.add_argument("--save-every", type=int, default=d.save_every)
-    p.add_argument("--no-bf16", action="store_true")
-    p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--from-disk", action="store_true", help="read windows from the store instead of RAM")
-    p.add_argument("--device", default=d.device)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
-    a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    cfg = SFTConfig(
-        store=a.store, out=a.out, base=a.base, instruction=a.instruction, cameras=tuple(a.cameras.split(",")),
-        chunk_size=a.chunk_size, n_action_steps=a.n_action_steps, finetune=a.finetune,
-        lora=LoraSettings(r=a.lora_r, alpha=a.lora_alpha, vision=a.lora_vision), steps=a.steps,
-        batch_size=a.batch_size, grad_accum=a.grad_accum, lr=a.lr, val_every=a.val_every, save_every=a.save_every,
-        bf16=not a.no_bf16, gradient_checkpointing=a.gradient_checkpointing, in_ram=not a.from_disk,
-        device=a.device, seed=a.seed,
-    )  # fmt: skip
-    _, summary = train_sft(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(summary["checkpoint"])
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -52,7 +52,7 @@ def state_fields(stored: dict, wanted: dict[str, tuple[int, int]], where: str) -
     bad = [k for k, (a, b) in wanted.items() if k not in stored or stored[k][1] - stored[k][0] != b - a]
     if bad:
         raise UserError(f"{where} records state fields {list(stored)} without {bad}, which this run observes "
-                        f"({list(wanted)}): record demos that measure them (`collect --backend robot`)")  # fmt: skip
+                        f"({list(wanted)}): record demos that measure them (`collect --robot NAME`)")  # fmt: skip
     return np.concatenate([np.arange(*stored[k]) for k in wanted])
 
 

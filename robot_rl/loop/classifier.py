@@ -1,4 +1,4 @@
-"""`robot-rl classifier train | eval`: a success classifier from frames a person labelled, for robot runs.
+"""A success classifier (`robot-rl classifier train | eval`) from frames a person labelled, for robot runs.
 
 Frames come from a store recorded with `collect --label-frames N` (rows carry `label`, the operator's verdict on
 that row's observation). The classifier reads what a robot run's policy reads: the cameras and the proprio fields
@@ -13,11 +13,8 @@ which neither training nor the threshold saw.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
-import json
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,9 +40,9 @@ from robot_rl.algos.reward_classifier import (
     train_reward_classifier,
 )
 from robot_rl.config import TrainConfig
+from robot_rl.demos.dataset import split_episodes
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.errors import UserError
-from robot_rl.hardware import fastest_threads
 from robot_rl.types import PROPRIO_FIELDS, ObsLayout
 
 if TYPE_CHECKING:
@@ -63,7 +60,7 @@ def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str,
             start += b - a
     if not idx:
         raise UserError(f"the store's state has no proprio field ({', '.join(PROPRIO_FIELDS)}): record it with "
-                        "`collect --backend robot`")  # fmt: skip
+                        "`collect --robot NAME`")  # fmt: skip
     return np.concatenate(idx), layout
 
 
@@ -77,7 +74,7 @@ def load_frames(store_path: Path, cameras: list[str] | None = None) -> tuple[lis
             meta = st.meta(i)
             if "label" not in st.keys:
                 raise UserError(f"{store_path} has no labelled frames: record them with `robot-rl collect "
-                                "--backend robot --label-frames N` (the success key labels frames)")  # fmt: skip
+                                "--robot NAME --label-frames N` (the success key labels frames)")  # fmt: skip
             cams = list(cameras if cameras is not None else meta.get("cameras", []))
             idx, state_layout = proprio_columns(meta.get("state_layout") or {})
             ep = st.episode(i)
@@ -100,16 +97,6 @@ def join(parts: list[ClassifierData]) -> ClassifierData:
                           np.concatenate([p.labels for p in parts]))  # fmt: skip
 
 
-def split_episodes(n: int, val_frac: float, test_frac: float, seed: int) -> tuple[list[int], list[int], list[int]]:
-    """(train, validation, test) episode indices, at least one each."""
-    if n < 3:
-        raise UserError(f"{n} labelled episode(s): need at least 3 (train, validation and test episodes)")
-    order = np.random.default_rng(seed).permutation(n).tolist()
-    n_test, n_val = max(1, round(test_frac * n)), max(1, round(val_frac * n))
-    n_val = min(n_val, n - n_test - 1)
-    return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
-
-
 def train_classifier(
     store: Path,
     out: Path,
@@ -125,7 +112,9 @@ def train_classifier(
     classifier (threshold and layout inside) to `out` and returns the report."""
     torch.manual_seed(seed)
     episodes, layout = load_frames(store, cameras)
-    tr, va, te = split_episodes(len(episodes), val_frac, test_frac, seed)
+    if len(episodes) < 3:
+        raise UserError(f"{len(episodes)} labelled episode(s): need at least 3 (train, validation and test episodes)")
+    tr, va, te = split_episodes(len(episodes), val_frac, seed, test_fraction=test_frac)
     train, val, test = (join([episodes[i] for i in ids]) for ids in (tr, va, te))
     state_dim = max(b for _, b in layout["state_layout"].values())
     clf = RewardClassifier(state_dim, layout["cameras"], layout["image_size"] or 64)
@@ -163,39 +152,6 @@ def eval_classifier(path: Path, store: Path, threshold: float | None = None) -> 
     data = join(episodes)
     thr = float(clf.threshold) if threshold is None else threshold
     return {"threshold": thr, "episodes": len(episodes), **rates_at(success_probs(clf, data.obs), data.labels, thr)}
-
-
-def main(argv: list[str]) -> int:
-    """`robot-rl classifier train STORE OUT | eval CLASSIFIER STORE`."""
-    p = argparse.ArgumentParser(prog="robot-rl classifier", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train on labelled frames, pick a threshold, report held-out episodes")
-    t.add_argument("store", type=Path, help="a store recorded with `collect --label-frames N`")
-    t.add_argument("out", type=Path, help="the classifier file to write (.safetensors): reward.classifier_path=")
-    t.add_argument("--cameras", default=None, help="comma-separated cameras (default: all the store recorded)")
-    t.add_argument("--steps", type=int, default=1500, help="gradient steps")
-    t.add_argument("--max-fpr", type=float, default=0.01, help="false-positive rate the threshold allows")
-    t.add_argument("--val", type=float, default=0.2, help="fraction of episodes that pick the threshold")
-    t.add_argument("--test", type=float, default=0.2, help="fraction of episodes held out for the report")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--threads", type=int, default=0, help="torch threads (0: the fastest count, measured, as `train`)")
-    e = sub.add_parser("eval", help="precision / recall / false-positive rate on a labelled store")
-    e.add_argument("classifier", type=Path)
-    e.add_argument("store", type=Path)
-    e.add_argument("--threshold", type=float, default=None, help="instead of the one saved with the classifier")
-    ns = p.parse_args(argv)
-    if ns.cmd == "train":
-        if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1):
-            raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1)")
-        cams = [c for c in ns.cameras.split(",") if c] if ns.cameras is not None else None
-        torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads on a small box: 20x slower
-        report = train_classifier(ns.store, ns.out, cameras=cams, steps=ns.steps, max_fpr=ns.max_fpr,
-                                  val_frac=ns.val, test_frac=ns.test, seed=ns.seed)  # fmt: skip
-        print(f"saved {ns.out}; test episodes {report['episodes']['test']}: {report['test']}", file=sys.stderr)
-    else:
-        report = eval_classifier(ns.classifier, ns.store, ns.threshold)
-    print(json.dumps(report, indent=1))
-    return 0
 
 
 def run_classifier(cfg: TrainConfig, run_dir: Path, layout: ObsLayout) -> RewardClassifier:

@@ -20,10 +20,9 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from robot_rl.algos.sac import SAC
-from robot_rl.buffers import ReplayBuffer
+from robot_rl.buffers import ReplayBuffer, episode_transitions
 from robot_rl.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from robot_rl.config import TrainConfig
-from robot_rl.demos.collect import episode_transitions
 from robot_rl.evaluation import EvalResult
 from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
 from robot_rl.loop.cells import make_cell

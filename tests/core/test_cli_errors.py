@@ -124,12 +124,14 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(bench: Path, capsys, l
 
 
 def test_sim_robot_refuses_a_task_before_it_starts_anything(monkeypatch, capsys) -> None:
+    import robot_rl.commands.sim_robot as command
     import robot_rl.real.sim_robot as sim_robot
 
     def started(*args, **kwargs):
         raise AssertionError("sim-robot got past its arguments")
 
-    for name in ("robot_from_args", "stop_on_signals", "SimRobot"):  # the robot config, signal handlers, ROS
+    monkeypatch.setattr(command, "robot_from_args", started)  # the robot config
+    for name in ("serve_sim_robot", "stop_on_signals", "SimRobot"):  # signal handlers, ROS
         monkeypatch.setattr(sim_robot, name, started)
     assert main(["sim-robot", "--task", "nope"]) == 2
     assert "peg_insert, pick_cube" in capsys.readouterr().err

@@ -45,7 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loop", ("robot_rl.loop", "robot_rl.checkpoint", "robot_rl.evaluation")),
     ("nodes", ("robot_rl.nodes", "robot_rl.real.deploy", "robot_rl.real.sim_robot", "robot_rl.real.estop",
                "robot_rl.real.gripper_bridge")),
-    ("cli", ("robot_rl.cli",)),
+    ("commands", ("robot_rl.commands",)),  # one module per `robot-rl` verb: argument parsing, then the library
+    ("cli", ("robot_rl.cli",)),  # the dispatcher: picks a command, turns its errors into one line
 )  # fmt: skip
 
 ROS = "ROS 2"  # stands for rclpy and the ROS 2 message packages in FORBIDDEN
@@ -272,6 +273,21 @@ def test_known_violations_still_occur() -> None:
 def test_every_module_has_a_layer() -> None:
     """A new top-level module must be placed in LAYERS (a new file in a package takes its package's layer)."""
     assert [m for m in modules() if m != "robot_rl" and layer(m) is None] == []
+
+
+def test_only_the_commands_parse_arguments() -> None:
+    """Every `robot-rl` verb lives in robot_rl/commands/; the library below it knows nothing of argparse."""
+    parsing = sorted(
+        name
+        for name, path in modules().items()
+        if not (name == "robot_rl.cli" or name.startswith("robot_rl.commands"))
+        and any(
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            and any(a.name == "argparse" for a in node.names) | ((getattr(node, "module", None) or "") == "argparse")
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert parsing == [], "argparse outside robot_rl/commands/ (move the parser there, call the library from it)"
 
 
 def test_package_dirs_match_pyproject() -> None:

@@ -60,8 +60,9 @@ def test_the_threshold_caps_false_positives_and_sits_mid_gap() -> None:
 
 
 def test_episodes_split_three_ways_without_overlap() -> None:
-    from robot_rl.loop.classifier import split_episodes
+    from robot_rl.demos.dataset import split_episodes
 
-    tr, va, te = split_episodes(10, 0.2, 0.2, seed=0)
+    tr, va, te = split_episodes(10, 0.2, seed=0, test_fraction=0.2)
     assert (len(tr), len(va), len(te)) == (6, 2, 2) and sorted(tr + va + te) == list(range(10))
-    assert all(len(p) == 1 for p in split_episodes(3, 0.2, 0.2, seed=1))
+    assert all(len(p) == 1 for p in split_episodes(3, 0.2, seed=1, test_fraction=0.2))
+    assert split_episodes(10, 0.2, seed=0)[1] == te  # the same seed: test first, then val, from one permutation

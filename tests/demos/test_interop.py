@@ -37,7 +37,7 @@ def recorded() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("lerobot") / "store"
-    summary = json.loads(robot_rl("convert", "lerobot-import", str(LEROBOT), str(out)).stdout)
+    summary = json.loads(robot_rl("convert", "lerobot-import", str(LEROBOT), "--out", str(out)).stdout)
     assert summary["episodes"] == 3 and summary["success_from"] == ["next.reward (sparse 0/1)"]
     return out
 
@@ -90,7 +90,7 @@ def test_lerobot_import_of_lerobot_written_dataset(imported: Path, recorded: dic
 def test_lerobot_fixture_import_export_matches_lerobot(imported: Path, tmp_path: Path) -> None:
     """LeRobot's dataset -> store -> our export: LeRobot's meta layout key by key, its data and stats values."""
     out = tmp_path / "again"
-    robot_rl("convert", "lerobot-export", str(imported), str(out), "--robot-type", "")
+    robot_rl("convert", "lerobot-export", str(imported), "--out", str(out), "--robot-type", "")
     ours, theirs = _layout(out), _layout(LEROBOT)
     for part in theirs:
         assert ours[part] == theirs[part], part
@@ -123,7 +123,7 @@ def test_lerobot_fixture_import_export_matches_lerobot(imported: Path, tmp_path:
 
 def test_lerobot_export_import_round_trip(demo_store: Path, tmp_path: Path) -> None:
     lr, back = tmp_path / "lerobot", tmp_path / "back"
-    robot_rl("convert", "lerobot-export", str(demo_store), str(lr))
+    robot_rl("convert", "lerobot-export", str(demo_store), "--out", str(lr))
     info = json.loads((lr / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 20 and info["fps"] == 10
     assert info["features"]["observation.images.front"]["dtype"] == "video"
@@ -134,7 +134,7 @@ def test_lerobot_export_import_round_trip(demo_store: Path, tmp_path: Path) -> N
     assert {k for k, ks in layout["stats"].items() if "q99" not in ks} == set()
     stat_cols = {c for c in layout["episodes"] if c.startswith("stats/observation.state/")}
     assert {c.rsplit("/", 1)[1] for c in stat_cols} == {"min", "max", "mean", "std", "count", *_Q}
-    robot_rl("convert", "lerobot-import", str(lr), str(back))
+    robot_rl("convert", "lerobot-import", str(lr), "--out", str(back))
     with EpisodeStore(demo_store) as a, EpisodeStore(back) as b:
         assert len(a) == len(b) and a.keys == b.keys and a.final_keys == b.final_keys
         for i in range(len(a)):
@@ -322,7 +322,8 @@ def test_legacy_zarr_v2_replay_buffer(tmp_path: Path) -> None:
         root.create_array(f"data/{k}", data=v, chunks=(4, *v.shape[1:]))
     root.create_array("meta/episode_ends", data=ends)
     assert (src / "data/img/.zarray").is_file()  # really v2 on disk
-    assert robot_rl("convert", "legacy-zarr", str(src), str(tmp_path / "s"), "--task", "push_t").returncode == 0
+    out = robot_rl("convert", "legacy-zarr", str(src), "--out", str(tmp_path / "s"), "--task", "push_t")
+    assert out.returncode == 0
     with EpisodeStore(tmp_path / "s") as st:
         assert len(st) == 3 and np.array_equal(st.episode_ends, ends)
         assert set(st.keys) == {"front", "state", "action"} and set(st.final_keys) == {"front", "state"}

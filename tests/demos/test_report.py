@@ -56,7 +56,7 @@ def _chromium_run(browser: str, page: Path, *flags: str) -> subprocess.Completed
 
 def test_html_report_plays_h264_names_state_fields_and_shows_every_episode(demo_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    robot_rl("plot", "report", str(demo_store), "--out", str(out), "--episodes", "0,1,2")
+    robot_rl("plot", "dataset", str(demo_store), "--out", str(out), "--episodes", "0,1,2")
     page = (out / "index.html").read_text()
     videos = re.findall(r'<video src="([^"]+)"', page)
     assert videos == ["episode_000.mp4", "episode_001.mp4", "episode_002.mp4"]

@@ -313,8 +313,9 @@ def test_full_finetune_checkpoint(demo_store: Path, tmp_path: Path) -> None:
 def test_cli_entry(demo_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from robot_rl.cli import main
 
-    rc = main(["vla-sft", str(demo_store), str(tmp_path), "--steps", "2", "--val-every", "2", "--batch-size", "4",
-               "--chunk-size", "4", "--n-action-steps", "2", "--instruction", "lift the red cube"])  # fmt: skip
+    rc = main(["vla-sft", str(demo_store), "--out", str(tmp_path), "--steps", "2", "--val-every", "2",
+               "--batch-size", "4", "--chunk-size", "4", "--n-action-steps", "2",
+               "--instruction", "lift the red cube"])  # fmt: skip
     assert rc == 0 and capsys.readouterr().out.strip().endswith(str(tmp_path / "checkpoints" / "final"))
     policy = load_policy(tmp_path / "checkpoints" / "final")
     assert policy.noise_shape == (4, 4) and policy.n_action_steps == 2 and policy.finetune == "lora"

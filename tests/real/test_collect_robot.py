@@ -1,4 +1,4 @@
-"""`robot-rl collect --backend robot` against a lockstep sim robot process: episodes recorded through RobotEnv."""
+"""`robot-rl collect --robot sim` against a lockstep sim robot process: episodes recorded through RobotEnv."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
     store = tmp_path / "robot_demos"
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front,wrist")
     try:
-        col = spawn("collect", str(store), "--backend", "robot", "--robot", "sim", "--domain", str(domain),
+        col = spawn("collect", str(store), "--robot", "sim", "--domain", str(domain),
                     "--robot-set", "lockstep=true", "-n", "2", "--device", "simulated", "--max-steps", str(STEPS),
                     "--no-fsync")  # fmt: skip
         out, err = col.communicate(timeout=120)

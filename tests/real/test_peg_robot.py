@@ -54,12 +54,12 @@ def loop(tmp_path_factory: pytest.TempPathFactory):
     sim = spawn("sim-robot", "--task", "peg_insert", "--lockstep", "--cameras", CAMERAS, "--domain", str(domain),
                 "--object-range", "0", "0")  # fmt: skip
     try:
-        run("collect", str(out.store), "--task", "peg_insert", "--backend", "robot", "--robot", "sim", "--domain",
+        run("collect", str(out.store), "--task", "peg_insert", "--robot", "sim", "--domain",
             str(domain), "--robot-set", "lockstep=true", *(a for kv in CELL for a in ("--robot-set", kv)), "-n",
             str(DEMOS), "--device", "simulated", "--label-frames", str(HOLD), "--wander", str(WANDER), "--obs",
             "pixels", "--cameras", CAMERAS, "--no-fsync")  # fmt: skip
-        out.report = json.loads(run("classifier", "train", str(out.store), str(clf), "--steps", "50", "--max-fpr",
-                                    "0.05", "--threads", "1"))  # fmt: skip
+        out.report = json.loads(run("classifier", "train", str(out.store), "--out", str(clf), "--steps", "50",
+                                    "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip
         run("train", "robot=sim", "task=peg_insert", "robot.lockstep=true", f"robot.domain_id={domain}", "obs=pixels",
             f"env.cameras=[{CAMERAS}]", *(f"robot.{kv}" for kv in CELL), "sac.trunk_pretrain_steps=250", "threads=1",
             "loop.buffer_capacity=4000", f"demos.path={out.store}", "reward.source=classifier",

@@ -46,11 +46,11 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
     out = Loop(tmp / "demos", tmp / "clf.safetensors", {}, tmp / "run")
     sim = spawn("sim-robot", "--lockstep", "--cameras", CAMERAS, "--domain", str(domain))
     try:
-        run("collect", str(out.store), "--backend", "robot", "--robot", "sim", "--domain", str(domain), "--robot-set",
+        run("collect", str(out.store), "--robot", "sim", "--domain", str(domain), "--robot-set",
             "lockstep=true", "-n", str(DEMOS), "--device", "simulated", "--label-frames", str(HOLD), "--wander",
             str(WANDER), "--obs", "pixels", "--cameras", CAMERAS, "--no-fsync")  # fmt: skip
-        out.report = json.loads(run("classifier", "train", str(out.store), str(out.classifier), "--steps", "50",
-                                    "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip
+        out.report = json.loads(run("classifier", "train", str(out.store), "--out", str(out.classifier),
+                                    "--steps", "50", "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip
         # As the bench: the workspace a lab would measure around the task, the baseline evaluated in the same run.
         run("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "obs=pixels",
             f"env.cameras=[{CAMERAS}]", f"sac.trunk_pretrain_steps={PRETRAIN}", "threads=1",

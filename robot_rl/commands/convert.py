@@ -1,4 +1,4 @@
-"""`robot-rl convert lerobot-export|lerobot-import|rosbag|legacy-zarr`."""
+"""`robot-rl convert lerobot-export|lerobot-import|rosbag|legacy-zarr`: episode stores to and from other formats."""
 
 from __future__ import annotations
 
@@ -6,29 +6,31 @@ import argparse
 import json
 from pathlib import Path
 
-from robot_rl.configs import env_task
-from robot_rl.demos.store import SOURCES
+from robot_rl.commands.common import add_out, resolve_out
 
 TASK_HELP = "the episodes' task: a `train task=` name (e.g. peg_insert) to train on them, or any label"
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    from robot_rl.configs import env_task
+    from robot_rl.demos.store import SOURCES
+
     p = argparse.ArgumentParser(prog="robot-rl convert", description="convert between episode stores and other formats")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("lerobot-export", help="store -> LeRobot v3.0 dataset directory")
     s.add_argument("store", type=Path)
-    s.add_argument("out", type=Path)
+    add_out(s, "the LeRobot dataset directory to write", positional_before=True)
     s.add_argument("--fps", type=int, default=10, help="control rate; LeRobot stores an integer")
     s.add_argument("--vcodec", choices=["libsvtav1", "h264"], default="libsvtav1", help="AV1 (LeRobot's default)")
     s.add_argument("--robot-type", default="panda", help="'' for none")
     s.add_argument("--image-key", action="append", default=[], help="camera stored as PNG frames, not video")
     s = sub.add_parser("lerobot-import", help="LeRobot v3.0 dataset directory -> new store")
     s.add_argument("root", type=Path)
-    s.add_argument("out", type=Path)
+    add_out(s, "the new store", positional_before=True)
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
     s = sub.add_parser("rosbag", help="ROS 2 bags (sqlite3 or MCAP) -> store")
     s.add_argument("bags", type=Path, nargs="+")
-    s.add_argument("--out", type=Path, required=True)
+    add_out(s, "the new store")
     s.add_argument(
         "--topic",
         action="append",
@@ -43,10 +45,16 @@ def main(argv: list[str]) -> int:
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
     s = sub.add_parser("legacy-zarr", help="diffusion_policy/robomimic zarr v2 replay buffer -> store")
     s.add_argument("src", type=Path)
-    s.add_argument("out", type=Path)
+    add_out(s, "the new store", positional_before=True)
     s.add_argument("--task", type=env_task, default="", help=TASK_HELP)
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
     ns = p.parse_args(argv)
+    resolve_out(p, ns)
     if ns.cmd == "lerobot-export":
         from robot_rl.demos.interop.lerobot import export_lerobot
 
