@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 
 from robot_rl.algos.registry import ALGORITHMS, Algorithm, algorithm
 from robot_rl.algos.sac import SAC, SACConfig, make_policy
-from robot_rl.checkpoint import load_policy, save_checkpoint
+from robot_rl.checkpoint import checkpoint_layouts, load_policy, save_checkpoint
 from robot_rl.config import CHOICES, TrainConfig
+from robot_rl.envs import make_env
 from robot_rl.errors import UserError
 from robot_rl.loop import adapters
 from robot_rl.policies.chunked import ChunkPolicy
@@ -83,6 +84,18 @@ def test_dsrl_reads_its_noise_size_from_the_weights() -> None:
     weights = {f"policy.{k}": v for k, v in make_policy(SACConfig(), 9, 3).state_dict().items()}
     assert algorithm("dsrl").action_dim_from(weights) == 3
     assert algorithm("sac").action_dim_from is None
+
+
+def test_an_old_dsrl_checkpoint_reads_its_noise_size_from_its_weights(tmp_path: Path) -> None:
+    """A checkpoint from before layout.json: the env layout from a sim env, the agent's action size from its head."""
+    cfg = TrainConfig(algo="dsrl")
+    env = make_env(cfg.env)
+    state_dim = ObsLayout.of_env(env).state_dim
+    env.close()
+    yaml_text = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    ckpt = save_checkpoint(tmp_path, "final", SAC(SACConfig(), state_dim, 12), {}, {"env_steps": 0}, yaml_text)
+    layouts = checkpoint_layouts(ckpt, cfg)
+    assert (layouts["env"].action_dim, layouts["policy"].action_dim) == (4, 12)
 
 
 def test_env_policy_picks_by_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
