@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors.torch import save_file
 
-from robot_rl.algos.sac import make_policy
+from robot_rl.algos.registry import algorithm
 from robot_rl.buffers import ReplayBuffer
 from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError, read_tensors
-from robot_rl.policies.chunked import ChunkPolicy, make_chunk_policy
+from robot_rl.policies.chunked import ChunkPolicy
 from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.types import ObsLayout
 
@@ -153,9 +153,7 @@ class Checkpoint:
         """The actor network (weights + normalisation), built from the layout alone: no env, no simulator. What eval,
         the deployment node and a residual base run."""
         cfg, lay = self.cfg, self.layouts["policy"]
-        build = make_chunk_policy if cfg.algo == "bc" else make_policy
-        policy = build(cfg.bc.policy if cfg.algo == "bc" else cfg.sac, lay.state_dim, lay.action_dim, lay.cameras,
-                       lay.image_size or 64)  # fmt: skip
+        policy = algorithm(cfg.algo).build_policy(cfg, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size or 64)
         policy.load_state_dict({k[len("policy.") :]: v for k, v in self.weights().items() if k.startswith("policy.")})
         return policy.eval()
 
@@ -243,7 +241,6 @@ def _read_layouts(path: Path, cfg: TrainConfig) -> dict[str, ObsLayout]:
     policy = env_layout.replace(cameras=cameras, image_size=env_layout.image_size if cameras else 0)
     if state_dim > env_layout.state_dim:  # a residual agent: the base action appended
         policy = policy.replace(state={**env_layout.state, "base_action": (env_layout.state_dim, state_dim)})
-    if cfg.algo == "dsrl":  # noise space: the Gaussian head emits (mean, log_std) per dim
-        head = [v for k, v in weights.items() if k.startswith("policy.head.") and v.ndim == 2]
-        policy = policy.replace(action_dim=head[-1].shape[0] // 2)
+    if (action_dim_from := algorithm(cfg.algo).action_dim_from) is not None:  # e.g. DSRL's noise space
+        policy = policy.replace(action_dim=action_dim_from(weights))
     return {"env": env_layout, "policy": policy}

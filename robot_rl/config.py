@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from robot_rl.algos.dsrl import DSRLConfig
+from robot_rl.algos.registry import ALGORITHMS, Algorithm, algorithm
 from robot_rl.algos.residual import ResidualConfig
 from robot_rl.algos.sac import SACConfig
 from robot_rl.errors import ConfigError
@@ -216,7 +218,7 @@ MINIMUM = {
 
 # Every key with a fixed set of values, and those values.
 CHOICES = {
-    "algo": ("sac", "bc", "residual", "dsrl"),
+    "algo": tuple(ALGORITHMS),
     "env.sim": SIMS,
     "env.obs": OBS_MODES,
     "env.arm": ARMS,
@@ -245,17 +247,20 @@ def check_config(cfg: TrainConfig) -> None:
             raise ConfigError(f"bad configuration: {problem}")
 
 
+def _which(can: Callable[[Algorithm], bool]) -> str:
+    """The algorithms that can do something, as a message names them: "algo=sac", "algo=sac | residual"."""
+    return "algo=" + " | ".join(a.name for a in ALGORITHMS.values() if can(a))
+
+
 def _algo_problem(cfg: TrainConfig) -> str:
     if not 0.0 <= cfg.sac.augment_gray <= 1.0:
         return f"sac.augment_gray={cfg.sac.augment_gray}: a probability, give one in [0, 1]"
-    if cfg.algo in ("residual", "dsrl") and not getattr(cfg, cfg.algo).base:
-        return f"algo={cfg.algo} needs {cfg.algo}.base=<checkpoint folder of the frozen base policy>"
-    if cfg.algo == "dsrl" and (cfg.intervention.enabled or cfg.sac.demo_ratio > 0):
-        return ("algo=dsrl acts in noise space, where env-space demos and human actions have no counterpart: set "
-                "intervention.enabled=false and sac.demo_ratio=0 (as configs/algo/dsrl.yaml does)")  # fmt: skip
-    if cfg.init_from and (cfg.algo != "sac" or not Path(cfg.init_from).exists()):
-        return (f"init_from={cfg.init_from}: " + ("no such run dir or checkpoint folder" if cfg.algo == "sac" else
-                f"starts algo=sac runs only (got algo={cfg.algo})"))  # fmt: skip
+    algo = algorithm(cfg.algo)
+    if problem := algo.problem(cfg):
+        return problem
+    if cfg.init_from and (not algo.init_from or not Path(cfg.init_from).exists()):
+        return (f"init_from={cfg.init_from}: " + ("no such run dir or checkpoint folder" if algo.init_from else
+                f"starts {_which(lambda a: a.init_from)} runs only (got algo={cfg.algo})"))  # fmt: skip
     if cfg.intervention.enabled and cfg.intervention.device == "simulated" and cfg.robot is None:
         return "intervention.device=simulated watches the sim robot's scene: add robot=sim"
     if cfg.reward.refit_every and (cfg.robot is None or cfg.reward.source != "classifier"
@@ -304,8 +309,9 @@ def _num_envs_problem(cfg: TrainConfig) -> str:
         return ""
     if cfg.env.sim != "maniskill":
         return f"{loop} batches ManiSkill envs: add sim=maniskill with a ManiSkill task (got sim={cfg.env.sim})"
-    if cfg.algo != "sac":
-        return f"{loop} trains algo=sac only: residual and dsrl wrap one env (got algo={cfg.algo})"
+    if not algorithm(cfg.algo).batched_envs:
+        return (f"{loop} trains {_which(lambda a: a.batched_envs)} only: residual and dsrl wrap one env "
+                f"(got algo={cfg.algo})")  # fmt: skip
     if cfg.intervention.enabled:
         return f"{loop} has no simulated human (it watches one env): set intervention.enabled=false"
     if cfg.reward.source != "env":
@@ -324,8 +330,8 @@ def _robot_problem(cfg: TrainConfig) -> str:
         check_robot_config(cfg.robot)
     except ValueError as e:
         return f"{where}: {e}"
-    if cfg.algo != "sac":
-        return f"{where}: only algo=sac trains on a robot so far (got algo={cfg.algo})"
+    if not algorithm(cfg.algo).on_robot:
+        return f"{where}: only {_which(lambda a: a.on_robot)} trains on a robot so far (got algo={cfg.algo})"
     if cfg.env.obs == "both":
         return f"{where}: obs=both adds the object's pose, which a robot does not measure: use obs=state or pixels"
     if cfg.env.for_robot:

@@ -125,8 +125,10 @@ def main(overrides: list[str]) -> int:
     if wants_help(overrides):
         print(train_help("train"))
         return 0
+    from robot_rl.algos.registry import algorithm
+
     cfg = run_config(overrides)
-    if cfg.algo == "bc":
+    if algorithm(cfg.algo).offline:  # from the demo store alone
         from robot_rl.loop.bc import train_bc as run
     else:
         from robot_rl.loop.trainer import train as run

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import torch
 
-from robot_rl.algos.dsrl import NoiseEnv
-from robot_rl.algos.residual import ResidualEnv, ResidualPolicy
+from robot_rl.algos.registry import algorithm
+from robot_rl.algos.residual import ResidualPolicy
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier
 from robot_rl.envs import make_env
 from robot_rl.errors import UserError
@@ -52,30 +52,26 @@ def load_base(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.
 
 
 def agent_env(cfg: TrainConfig, env: gym.Env) -> gym.Env:
-    """Wraps `env` for `cfg.algo`; residual and dsrl load their frozen base with `load_base`."""
-    if cfg.algo not in ("residual", "dsrl"):
+    """Wraps `env` in `cfg.algo`'s adapter (residual, dsrl), around its frozen base loaded with `load_base`."""
+    algo = algorithm(cfg.algo)
+    if algo.adapter is None:
         return env
-    base = load_base(cfg.residual.base if cfg.algo == "residual" else cfg.dsrl.base, pick_device(cfg.device)[0])
+    base = load_base(algo.base_path(cfg), pick_device(cfg.device)[0])
     reads = getattr(getattr(base, "cfg", None), "cameras", ())  # a VLA's cameras (its VLAConfig)
     if missing := [c for c in reads if c not in env.observation_space.spaces]:
         raise UserError(f"the base reads cameras {missing} the env does not render: set env.obs=pixels (or both)")
-    if cfg.algo == "residual":
-        return ResidualEnv(env, base, cfg.residual)
-    return NoiseEnv(env, base, cfg.dsrl)
+    return algo.wrap(env, base, cfg)
 
 
 def env_policy(cfg: TrainConfig, agent: torch.nn.Module) -> torch.nn.Module | ResidualPolicy:
     """The policy that acts in the task's own action space: the agent itself, or a residual agent composed with
     its frozen base (`residual.base`). A DSRL agent's step is a whole chunk of env steps, so it has no per-step
-    equivalent."""
-    if cfg.algo == "dsrl":
-        raise UserError(
-            "an algo=dsrl agent picks the noise of a whole action chunk and cannot run step by step on a robot; "
-            "deploy its base (dsrl.base) or a sac / bc / residual checkpoint"
-        )
-    if cfg.algo != "residual":
+    equivalent (`UserError`)."""
+    algo = algorithm(cfg.algo)
+    algo.check_stepwise()
+    if algo.env_policy is None:
         return agent
-    return ResidualPolicy(load_base(cfg.residual.base, pick_device(cfg.device)[0]), agent, cfg.residual)
+    return algo.env_policy(load_base(algo.base_path(cfg), pick_device(cfg.device)[0]), agent, algo.options(cfg))
 
 
 def make_train_env(

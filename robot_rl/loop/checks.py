@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.algos.registry import algorithm
 from robot_rl.config import TrainConfig
 from robot_rl.configs import task_names
 from robot_rl.demos.store import EpisodeStore
@@ -64,7 +65,7 @@ def pick_state(t: Transition, idx: np.ndarray) -> Transition:
 def check_demo_store(cfg: TrainConfig) -> None:
     """`demos.path` recorded for another task or observation layout fails here, naming both sides, before any work
     (it used to fail minutes later inside the encoder with a tensor size mismatch)."""
-    if not cfg.demos.path or cfg.algo == "dsrl":  # DSRL acts in noise space and reads no demos
+    if not cfg.demos.path or not algorithm(cfg.algo).reads_demos:  # e.g. DSRL: its agent acts in noise space
         return
     where = f"demos.path={cfg.demos.path}"
     with EpisodeStore(cfg.demos.path, "r") as st:

@@ -19,6 +19,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from robot_rl.algos.registry import algorithm
 from robot_rl.algos.sac import SAC
 from robot_rl.buffers import ReplayBuffer, episode_transitions
 from robot_rl.checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
@@ -70,7 +71,7 @@ class TrainingRun:
         """The demos as transitions, in the run's terms: the stored state fields the run observes, the cell's
         rewards, residual actions along the base (the base is re-run)."""
         cfg, buf = self.cfg, ReplayBuffer(self.cfg.loop.buffer_capacity, seed=self.cfg.seed, device=self.device)
-        self.store = prepare_demos(cfg, self.run_dir) if cfg.algo != "dsrl" else None
+        self.store = prepare_demos(cfg, self.run_dir) if algorithm(cfg.algo).reads_demos else None
         keys = ["state", *self.layouts["env"].cameras]  # a residual agent may hide cameras its base reads
         where = f"demos.path={cfg.demos.path}"
         for i in range(len(self.store) if self.store is not None else 0):
@@ -80,8 +81,7 @@ class TrainingRun:
             ) is not None:
                 episode = (pick_state(t, idx) for t in episode)
             episode = self.cell.demo_episode(episode, self.classifier)
-            if cfg.algo == "residual":
-                episode = self.cell.eval_env.convert_episode(episode)
+            episode = algorithm(cfg.algo).convert_episode(self.cell.eval_env, episode)  # e.g. as residuals
             for t in episode:
                 buf.add(t)
         return buf

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from robot_rl.algos.registry import algorithm
 from robot_rl.checkpoint import save_checkpoint
 from robot_rl.config import TrainConfig, load_config
 from robot_rl.envs import robot_layout
@@ -28,6 +29,7 @@ NO_MUJOCO = """
 import json, sys
 sys.modules["mujoco"] = None
 import numpy as np
+from robot_rl.algos.registry import algorithm
 from robot_rl.checkpoint import Checkpoint
 from robot_rl.loop.adapters import env_policy
 out = []
@@ -44,8 +46,9 @@ for path in sys.argv[1:]:
     space = lay["env"].observation_space()
     space.seed(0)
     obs = {k: v.astype(np.float32) if k == "state" else v for k, v in space.sample().items()}
-    policy = agent if cfg.algo == "dsrl" else env_policy(cfg, agent)
-    if cfg.algo == "dsrl":  # the agent reads the policy layout and emits noise
+    stepwise = not algorithm(cfg.algo).not_stepwise
+    policy = env_policy(cfg, agent) if stepwise else agent
+    if not stepwise:  # DSRL: the agent reads the policy layout and emits noise
         obs = {k: obs[k] for k in lay["policy"].observation_space().spaces}
     action = np.asarray(policy.select_action(obs, deterministic=True))
     out.append([cfg.algo + ("-robot" if cfg.robot else ""), action.shape[0], bool(np.isfinite(action).all())])
@@ -56,7 +59,7 @@ print(json.dumps(out))
 
 def run(overrides: list[str], run_dir: Path) -> Path:
     cfg = load_config([f"run_dir={run_dir}", *TINY, *overrides])
-    (train_bc if cfg.algo == "bc" else train)(cfg)
+    (train_bc if algorithm(cfg.algo).offline else train)(cfg)
     return run_dir / "checkpoints" / "final"
 
 
