@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 HZ = 10.0
 # The operator judges each frame the classifier pays for; every N verdicts the classifier is refitted for 100 steps
 # (`loop.classifier.Refits`): without it a PegInsert policy learned to hover where the classifier paid (#29).
-# PegInsert refits every 10: its first successes came 1500-3000 env steps earlier than at 25 (docs/benchmarks.md).
+# PegInsert refits every 10: its first successes came earlier than at 25 (docs/log/benchmarks.md, "PegInsert").
 REFIT = (25, 100)
 CONFIRM_EPISODES, CONFIRM_SEED = 40, 1000  # the final policy on episodes no evaluation used (`confirm`)
 

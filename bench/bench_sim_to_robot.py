@@ -49,10 +49,10 @@ CELL = "standin"
 WARMUP = 200  # (c)'s env steps without updates (the sim policy collecting on the cell first)
 CRITIC_WARMUP = 200  # updates that train the critic alone in the "critic warm-up" choice
 TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the robot time it served
-# The classifier's threshold at least this, and its refits every 10 verdicts (PegInsert's, #29): a sim policy
-# fine-tuned on the sim robot's success keys instead reached 1.00 where the classifier at its own threshold (0.52)
-# and refits every 25, a quarter of whose payments were false, left it at 0.6-0.75 (docs/benchmarks.md, "Sim to
-# robot": lockstep screens on the cell).
+# The classifier's threshold at least this, and its refits every 10 verdicts (PegInsert's, #29): at its own
+# threshold and rarer refits the classifier paid for many false successes, and a sim policy fine-tuned on them
+# stalled where one fine-tuned on the sim robot's success keys did not (docs/log/benchmarks.md, "Sim to robot":
+# lockstep screens on the cell).
 THRESHOLD_FLOOR = 0.8
 REFIT = (10, 100)  # reward.refit_every, reward.refit_steps
 
