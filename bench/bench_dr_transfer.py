@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_transfer import PRESET_LOOP, train
+from common import episodes as per_episode
 from common import kept_ci, wilson
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # inherited by the node processes (as tests/)
@@ -118,7 +119,7 @@ def measure(name: str, ckpt: Path, episodes: int) -> list[dict]:
             lo, hi = wilson(k, n)
             rows.append({"bench": f"{name} {setup} {cond}", "checkpoint": name, "setup": setup, "condition": cond,
                          "episodes": n, "successes": k, "success": k / n, "ci_lo": lo, "ci_hi": hi,
-                         **extra})  # fmt: skip
+                         **extra, "per_episode": per_episode(got[cond], SEED)})  # fmt: skip
             print(f"  {rows[-1]['bench']}: {k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]", file=sys.stderr, flush=True)
         kept = np.mean(got["shifted"]) / max(np.mean(got["nominal"]), 1e-9)
         lo, hi = kept_ci(got["nominal"], got["shifted"])

@@ -25,7 +25,8 @@ Each finished run's final policy then goes through `robot-rl deploy` on 40 episo
 Robot time is env steps / control rate (10 Hz); the sim robot's own count of simulated seconds (all commands:
 demos, probes, evaluations, training) is reported beside it. Every stage is resumable (its outputs stay in
 `bench/results/robot_loop/`; a rerun continues, the training from its last checkpoint, under `--minutes` of wall
-clock per call), so a long run can be done in pieces on a loaded box. Run alone:
+clock per call), so a long run can be done in pieces on a loaded box. A stage's parameters are recorded beside its
+output (`<output>.params.json`); one made with other parameters is removed and run again (a line says which). Run alone:
 `.venv/bin/python bench/bench_robot_loop.py [--quick] [--minutes 40] [--task peg_insert]`.
 """
 
@@ -42,14 +43,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import cli, wilson
+from common import cli, record, reusable, wilson
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
 HZ = 10.0
 # The operator judges each frame the classifier pays for; every N verdicts the classifier is refitted for 100 steps
 # (`loop.classifier.Refits`): without it a PegInsert policy learned to hover where the classifier paid (#29).
-# PegInsert refits every 10: its first successes came 1500-3000 env steps earlier than at 25 (docs/benchmarks.md).
+# PegInsert refits every 10: its first successes came earlier than at 25 (docs/log/benchmarks.md, "PegInsert").
 REFIT = (25, 100)
 CONFIRM_EPISODES, CONFIRM_SEED = 40, 1000  # the final policy on episodes no evaluation used (`confirm`)
 
@@ -180,16 +181,28 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
             "intervention.trigger=no_progress", "intervention.patience=5", "loop.eval_at_start=true", budget,
             *extra)  # fmt: skip
 
+    # Demos and runs resume across calls, so their parameters are recorded when they start; the classifier's once
+    # it is trained. Each stage's include those it was made from.
+    demos = {"task": task.name, "demos": n_demos, "label_frames": hold, "wander": wander, "cell": cell}
+    reusable(store, demos, "the demos")
     if not (store / "commit.json").exists() or stored_episodes(store) < n_demos:
+        record(store, demos)
         stage("demos", collect)
-    if not clf.exists():
+    learned = {"demos": demos, "classifier_steps": clf_steps}
+    if not (reusable(clf, learned, "the classifier") and (work / "classifier.json").exists()):
         t = time.perf_counter()
         report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", str(clf_steps)))
         (work / "classifier.json").write_text(json.dumps(report, indent=1))
+        record(clf, learned)
         state["wall_s"]["classifier"] = time.perf_counter() - t
         state_path.write_text(json.dumps(state, indent=1))
     faults = state.setdefault("faults", [])
     for seed in seeds:  # one session per seed and call, each its share of the call's budget (`train`)
+        # What fixes a run; its budget (loop.*) may change between calls.
+        fixed = {"robot": robot_args(0, seed)[:3] + robot_args(0, seed)[4:], "refit": list(task.refit),
+                 "classifier": learned}  # fmt: skip
+        if not reusable(run_dir(work, task, seed), fixed, f"the run of seed {seed}"):
+            record(run_dir(work, task, seed), fixed)
         while unfinished(run_dir(work, task, seed) / "summary.json", steps if not quick else 60, task.goal):
             if deadline - time.monotonic() < 120.0:
                 break

@@ -20,8 +20,9 @@ in for its time where it never gets there.
 
 Run: `.venv/bin/python bench/bench_sim_to_robot.py [--quick] [--checkpoint RUN] [--seeds 2] [--scratch-steps N]
 [--finetune-steps N] [--choices]`; also `bench/run.py --only sim_to_robot`. Writes
-`bench/results/sim_to_robot[_quick]/` (sim_to_robot.json, .md, curve.png). Finished stages are kept there: run again
-(say with `--choices`), it runs only what is missing.
+`bench/results/sim_to_robot[_quick]/` (sim_to_robot.json, .md, curve.png). Finished stages are kept there with the
+parameters they ran with (`<output>.params.json`): run again (say with `--choices`), it runs only what is missing or
+was made with other parameters (one line says which).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import cli
+from common import cli, record, reusable
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
@@ -48,10 +49,10 @@ CELL = "standin"
 WARMUP = 200  # (c)'s env steps without updates (the sim policy collecting on the cell first)
 CRITIC_WARMUP = 200  # updates that train the critic alone in the "critic warm-up" choice
 TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the robot time it served
-# The classifier's threshold at least this, and its refits every 10 verdicts (PegInsert's, #29): a sim policy
-# fine-tuned on the sim robot's success keys instead reached 1.00 where the classifier at its own threshold (0.52)
-# and refits every 25, a quarter of whose payments were false, left it at 0.6-0.75 (docs/benchmarks.md, "Sim to
-# robot": lockstep screens on the cell).
+# The classifier's threshold at least this, and its refits every 10 verdicts (PegInsert's, #29): at its own
+# threshold and rarer refits the classifier paid for many false successes, and a sim policy fine-tuned on them
+# stalled where one fine-tuned on the sim robot's success keys did not (docs/log/benchmarks.md, "Sim to robot":
+# lockstep screens on the cell).
 THRESHOLD_FLOOR = 0.8
 REFIT = (10, 100)  # reward.refit_every, reward.refit_steps
 
@@ -84,22 +85,36 @@ def robot_args(domain: int, quick: bool) -> list[str]:
             f"sac.trunk_pretrain_steps={10 if quick else 200}", "loop.checkpoint_every=0"]  # fmt: skip
 
 
-def train_sim(run: Path, quick: bool, minutes: float) -> Path:
-    """The sim camera run for the robot's layout, visual preset on; skipped when it exists."""
-    if (run / "summary.json").exists():
-        return run
+def train_sim(run: Path, quick: bool, minutes: float) -> tuple[Path, dict]:
+    """The sim camera run for the robot's layout, visual preset on, and its parameters; kept when it finished with
+    the same ones."""
     size = ["loop.env_steps=20", "loop.eval_every=0", "loop.final_eval_episodes=1", "demos.n_episodes=2",
             "sac.trunk_pretrain_steps=10"] if quick else [f"loop.max_minutes={minutes}"]  # fmt: skip
-    cli("train", "task=pick_cube", "obs=pixels", "env.for_robot=sim", "randomization=visual", f"run_dir={run}",
-        "threads=1", "loop.checkpoint_every=0", *size)  # fmt: skip
-    return run
+    args = ["task=pick_cube", "obs=pixels", "env.for_robot=sim", "randomization=visual", "threads=1",
+            "loop.checkpoint_every=0", *size]  # fmt: skip
+    params = {"train": args}
+    if reusable(run, params, "the sim run") and (run / "summary.json").exists():
+        return run, params
+    shutil.rmtree(run, ignore_errors=True)
+    cli("train", *args, f"run_dir={run}")
+    record(run, params)
+    return run, params
 
 
 def robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, clf: Path, threshold: float,
-              quick: bool, *extra: str) -> dict:  # fmt: skip
+              quick: bool, *extra: str, upstream: dict) -> dict:  # fmt: skip
     """One real-time training run on the cell, from scratch or from `ckpt`; its summary and robot seconds served
-    (kept in the run dir: a finished run is not run again when the bench is)."""
-    return kept(run / "bench.json", lambda: _robot_run(run, ckpt, seed, steps, store, clf, threshold, quick, *extra))
+    (kept in the run dir: a finished run is not run again when the bench is, unless its parameters, `upstream`'s
+    (the sim run's, the demos' and classifier's) included, changed)."""
+    params = {"checkpoint": str(ckpt) if ckpt else None, "seed": seed, "steps": steps, "demos": str(store),
+              "threshold": threshold, "quick": quick, "extra": list(extra), "robot": robot_args(0, quick)[2:],
+              "refit": list(REFIT), "goal": GOAL, **upstream}  # fmt: skip
+    return kept(
+        run / "bench.json",
+        params,
+        f"the run {run.name}",
+        lambda: _robot_run(run, ckpt, seed, steps, store, clf, threshold, quick, *extra),
+    )
 
 
 def _robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path, clf: Path, threshold: float,
@@ -107,6 +122,8 @@ def _robot_run(run: Path, ckpt: Path | None, seed: int, steps: int, store: Path,
     every = ["loop.eval_every=10", "loop.final_eval_episodes=1", "loop.eval_episodes=1"] if quick else [
         f"loop.eval_every={max(steps // 4, 100)}", "loop.eval_episodes=10", "loop.eval_robot_minutes=0.9",
         "loop.final_eval_episodes=20", "loop.final_eval_robot_minutes=0.7"]  # fmt: skip
+    shutil.rmtree(run, ignore_errors=True)  # a run of other parameters, or one cut short, starts again
+    run.mkdir(parents=True)
     t = time.perf_counter()
     with Cell() as cell:
         cli("train", *robot_args(cell.domain, quick), f"run_dir={run}", f"seed={seed}", f"loop.env_steps={steps}",
@@ -129,12 +146,14 @@ def zero_shot(ckpt: Path, seed: int, episodes: int) -> dict:
     return {"deploy": json.loads(out), "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
 
 
-def kept(path: Path, stage: Callable[[], dict]) -> dict:
-    """`stage`'s result, kept at `path`: a rerun of the bench takes it from there instead of running it again."""
-    if path.exists():
+def kept(path: Path, params: dict, what: str, stage: Callable[[], dict]) -> dict:
+    """`stage`'s result, kept at `path` with `params`: a rerun of the bench with the same parameters takes it from
+    there instead of running it again."""
+    if reusable(path, params, what):
         return json.loads(path.read_text())
     result = stage()
     path.write_text(json.dumps(result))
+    record(path, params)
     return result
 
 
@@ -238,12 +257,18 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
     finetune_steps = finetune_steps or (20 if quick else 1200)
     deploy_episodes = deploy_episodes or (1 if quick else 20)
     warmup = f"loop.learning_starts={10 if quick else WARMUP}"
-    ckpt = checkpoint or train_sim(work / "sim_run", quick, sim_minutes)
+    if checkpoint:
+        ckpt, sim = checkpoint, {"checkpoint": str(checkpoint)}
+    else:
+        ckpt, sim = train_sim(work / "sim_run", quick, sim_minutes)
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
     stages: dict[str, dict] = {}
-    if not clf.exists():
+    n_demos, hold, wander = (4, 3, 2) if quick else (12, 8, 8)
+    clf_steps = 10 if quick else 1000
+    learned = {"cell": CELL, "demos": n_demos, "label_frames": hold, "wander": wander, "classifier_steps": clf_steps}
+    if not (reusable(clf, learned, "the demos and classifier") and (work / "classifier.json").exists()):
+        shutil.rmtree(store, ignore_errors=True)  # `collect --resume` below adds only to this stage's own store
         t = time.perf_counter()
-        n_demos, hold, wander = (4, 3, 2) if quick else (12, 8, 8)
         robot_s, restarts = 0.0, []
         # `collect` still ends on an aborted episode (a stale stream, a watchdog hold: #28 item 4): go on from there
         for attempt in range(8):
@@ -264,22 +289,26 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
         stages["demos"] = {"robot_min": robot_s / 60.0, "wall_min": (time.perf_counter() - t) / 60.0,
                            "restarts_on_aborts": restarts}  # fmt: skip
         t = time.perf_counter()
-        steps = str(10 if quick else 1000)
-        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", steps))
+        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", str(clf_steps)))
         (work / "classifier.json").write_text(json.dumps(report, indent=1))
+        record(clf, learned)
         stages["classifier"] = {"wall_min": (time.perf_counter() - t) / 60.0}
     threshold = max(json.loads((work / "classifier.json").read_text())["threshold"], THRESHOLD_FLOOR)
+    upstream = {"sim": sim, "classifier": learned}
     rows: list[dict] = []
     for seed in range(seeds):
-        z = kept(work / f"zero_shot_s{seed}.json", lambda s=seed: zero_shot(ckpt, s, deploy_episodes))
+        z = kept(work / f"zero_shot_s{seed}.json", {"seed": seed, "episodes": deploy_episodes, "sim": sim},
+                 f"zero-shot s{seed}", lambda s=seed: zero_shot(ckpt, s, deploy_episodes))  # fmt: skip
         d = z["deploy"]
         rows.append({"bench": f"zero-shot s{seed}", "arm": "zero-shot", "seed": seed, "success": d["success_rate"],
                      "episodes": d["episodes"], "aborted": d.get("aborted_episodes"),
                      "robot_min": z["robot_s"] / 60.0, "wall_min": z["wall_s"] / 60.0})  # fmt: skip
         rows.append(curve_row("scratch", seed, robot_run(work / f"scratch_s{seed}", None, seed, scratch_steps,
-                                                         store, clf, threshold, quick)))  # fmt: skip
+                                                         store, clf, threshold, quick,
+                                                         upstream={"classifier": learned})))  # fmt: skip
         rows.append(curve_row("fine-tuned", seed, robot_run(work / f"finetune_s{seed}", ckpt, seed, finetune_steps,
-                                                            store, clf, threshold, quick, warmup)))  # fmt: skip
+                                                            store, clf, threshold, quick, warmup,
+                                                            upstream=upstream)))  # fmt: skip
         _save(work, rows, stages, ckpt)  # a partial result survives a later stage's failure
     if choices:
         sim_demos = Path(ckpt).parent.parent / "demos.zarr" if (Path(ckpt) / "model.safetensors").exists() else (
@@ -291,7 +320,7 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
         ):
             folder = work / f"choice_{name.replace(' ', '_')}"
             rows.append(curve_row(name, 0, robot_run(folder, ckpt, 0, finetune_steps, demos, clf, threshold, quick,
-                                                     *extra)))  # fmt: skip
+                                                     *extra, upstream=upstream)))  # fmt: skip
     rows.append(verdict(rows))
     _save(work, rows, stages, ckpt)
     if any("curve" in r for r in rows):

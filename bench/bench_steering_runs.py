@@ -1,12 +1,14 @@
 """Issue #6's acceptance runs: a deliberately weak diffusion base (few noisy scripted demos of PickCube), then
 residual RL and DSRL on top of it, 3 seeds each, with success-vs-env-steps curves as a PNG.
 
-The same commands are in the README; this only runs them in a row and collects the summaries.
+The same commands are in the README; this only runs them in a row and collects the summaries. A finished run is kept
+in `bench/results/steering/` with its parameters (`<run>.params.json`) and reused only when they match.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from common import record, reusable  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -26,11 +29,16 @@ RL = {
 }
 
 
-def run(overrides: list[str], run_dir: Path) -> dict:
-    if not (run_dir / "summary.json").exists():
-        cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"run_dir={run_dir}", "loop.final_eval_episodes=50",
-               "loop.eval_episodes=20", "threads=1", *overrides]  # fmt: skip
+def run(overrides: list[str], run_dir: Path, upstream: dict | None = None) -> dict:
+    """A finished run's summary; the run is kept when it finished with the same overrides (and `upstream`, what
+    it was built on), else trained again."""
+    args = ["loop.final_eval_episodes=50", "loop.eval_episodes=20", "threads=1", *overrides]
+    params = {"train": args, **(upstream or {})}
+    if not (reusable(run_dir, params, f"the run {run_dir.name}") and (run_dir / "summary.json").exists()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = [sys.executable, "-m", "robot_rl.cli", "train", f"run_dir={run_dir}", *args]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        record(run_dir, params)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -44,7 +52,7 @@ def main(quick: bool = False, out: Path = HERE / "results" / "steering") -> list
     ax.axhline(base["final_success_rate"], color="k", ls="--", label="diffusion base")
     for (algo, overrides), color in zip(RL.items(), ("tab:blue", "tab:orange"), strict=True):
         for seed in seeds:
-            s = run([*overrides, f"{algo}.base={base_ckpt}", f"seed={seed}"], out / f"{algo}_s{seed}")
+            s = run([*overrides, f"{algo}.base={base_ckpt}", f"seed={seed}"], out / f"{algo}_s{seed}", {"base": BASE})
             x = [0] + [e["sim_steps"] for e in s["evals"]]
             y = [base["final_success_rate"]] + [e["success_rate"] for e in s["evals"]]
             ax.plot(x, y, color=color, alpha=0.8, label=algo if seed == seeds[0] else None)

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from common import episodes as per_episode
 from common import kept_ci, wilson
 
 HERE = Path(__file__).resolve().parent
@@ -145,7 +146,8 @@ def measure(task: str, name: str, run_dir: Path | None, episodes: int, only: tup
         klo, khi = kept_ci(at_nominal, got["successes"])
         rows.append({"bench": f"{task} {name} {shift}", "task": task, "policy": name, "shift": shift,
                      "episodes": episodes, **{k: v for k, v in got.items() if k != "successes"},
-                     "kept": float(kept), "kept_ci_lo": klo, "kept_ci_hi": khi})  # fmt: skip
+                     "kept": float(kept), "kept_ci_lo": klo, "kept_ci_hi": khi,
+                     "per_episode": per_episode(got["successes"], SEED)})  # fmt: skip
         r = rows[-1]
         print(f"  {r['bench']}: {r['success']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] kept {kept:.2f} "
               f"EE max {r['peak_ee_force_max']:.0f} N pen {r['max_penetration_mm']:.2f} mm", file=sys.stderr,

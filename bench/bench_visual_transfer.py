@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from common import episodes as per_episode
 from common import kept_ci, wilson
 
 HERE = Path(__file__).resolve().parent
@@ -125,7 +126,7 @@ def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = Fals
         kept = np.mean(got) / max(np.mean(at_nominal), 1e-9)
         rows.append({"bench": f"{name} {shift}", "policy": name, "shift": shift, "episodes": episodes,
                      "success": k / episodes, "ci_lo": lo, "ci_hi": hi, "kept": float(kept), "kept_ci_lo": klo,
-                     "kept_ci_hi": khi})  # fmt: skip
+                     "kept_ci_hi": khi, "per_episode": per_episode(got, SEED)})  # fmt: skip
         print(f"  {name} {shift}: {k}/{episodes} kept {kept:.2f} [{klo:.2f}, {khi:.2f}]", file=sys.stderr, flush=True)
     return rows
 

@@ -1,15 +1,16 @@
 """All benchmarks, one command: `.venv/bin/python bench/run.py [--quick] [--only sim,learner] [--pixel-minutes 30]`.
 
-Prints one table and writes `bench/results/latest.json` (+ a timestamped copy and `latest.md`).
+Prints one table and writes, for each area run, `bench/results/<area>/<run>.json` (`common.write_run`: parameters,
+versions, commit, box, rows, raw per-episode outcomes), `<run>` = start time + `--tag` (default `quick` or `full`);
+the table alone also goes to `bench/results/latest.md` (not committed).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import inspect
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,9 +34,24 @@ def to_markdown(results: dict[str, list[dict]]) -> str:
     lines = ["| area | bench | measurements |", "|---|---|---|"]
     for area, rows in results.items():
         for r in rows:
-            vals = ", ".join(f"{k}={fmt(v)}" for k, v in r.items() if k != "bench")
+            vals = ", ".join(f"{k}={fmt(v)}" for k, v in r.items() if k not in ("bench", "per_episode", "curve"))
             lines.append(f"| {area} | {r['bench']} | {vals} |")
     return "\n".join(lines)
+
+
+def area_kwargs(area: str, args: argparse.Namespace) -> dict:
+    """The arguments `bench_<area>.main` is called with (recorded in its run file)."""
+    if area == "pixel_run":
+        return {"minutes": args.pixel_minutes}
+    if area == "main_job":
+        return {"seeds": (0, 1) if args.quick else (0, 1, 2, 3, 4)}
+    if area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
+        return {"quick": args.quick, "minutes": args.robot_loop_minutes, "task": args.task}
+    if area == "sim_to_robot":
+        return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
+    if area == "demos":
+        return {"episodes": 4, "T": 10, "reps": 1} if args.quick else {}
+    return {"quick": args.quick}
 
 
 def main() -> int:
@@ -48,46 +64,32 @@ def main() -> int:
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--tag", default="", help="the short tag of the run files' names (default: quick or full)")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     sys.path.insert(0, str(HERE))
+    from common import provenance, run_name, write_run
+
+    prov, run = provenance(), run_name(args.tag or ("quick" if args.quick else "full"))
     results: dict[str, list[dict]] = {}
     for area in args.only.split(","):
         if area not in AREAS:
             p.error(f"unknown area {area!r}; choose from {AREAS}")
+        if area == "pixel_run" and args.pixel_minutes <= 0:
+            continue
         mod = importlib.import_module(f"bench_{area}")
-        t = time.perf_counter()
-        if area == "pixel_run":
-            if args.pixel_minutes <= 0:
-                continue
-            results[area] = mod.main(minutes=args.pixel_minutes)
-        elif area == "main_job":
-            results[area] = mod.main(seeds=(0, 1) if args.quick else (0, 1, 2, 3, 4))
-        elif area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
-            results[area] = mod.main(quick=args.quick, minutes=args.robot_loop_minutes, task=args.task)
-        elif area == "sim_to_robot":
-            results[area] = mod.main(quick=args.quick, checkpoint=args.sim_to_robot_checkpoint)
-        elif area == "demos":
-            results[area] = mod.main(episodes=4, T=10, reps=1) if args.quick else mod.main()
-        else:
-            results[area] = mod.main(quick=args.quick)
-        print(f"[{area}] {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        kwargs = area_kwargs(area, args)
+        started, t = time.time(), time.perf_counter()
+        rows = results[area] = mod.main(**kwargs)
+        duration = time.perf_counter() - t
+        call = inspect.signature(mod.main).bind(**kwargs)
+        call.apply_defaults()  # the area's own defaults (seeds, budgets, episodes) are parameters too
+        params = {"argv": sys.argv[1:], "quick": args.quick, "call": dict(call.arguments)}
+        path = write_run(args.out, area, run, params, rows, started, duration, prov)
+        print(f"[{area}] {duration:.0f} s -> {path}", file=sys.stderr)
     table = to_markdown(results)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "quick": args.quick,
-    }
-    doc = json.dumps({"meta": meta, "results": results}, indent=1)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in ("latest.json", f"{stamp}.json"):
-        (args.out / name).write_text(doc)
     (args.out / "latest.md").write_text(table + "\n")
     return 0
 

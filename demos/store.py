@@ -466,7 +466,7 @@ class EpisodeStore:
         sync(_write_rows([(self._col(name).arr.async_array, lo, rows) for name, rows, lo in writes]))
         touched = [(self._col(name), lo, lo + len(rows)) for name, rows, lo in writes]
         if self._durable:
-            # Concurrent fsyncs share journal commits: ~10x faster than one after another.
+            # Concurrent fsyncs share journal commits, where one after another each waits for its own.
             paths = [col.dir / f for col, lo, hi in touched for f in [*col.files_for(lo, hi), "zarr.json"]]
             paths += [col.dir for col, _, _ in touched]
             if self._fsync_pool is None:

@@ -30,8 +30,8 @@ class ChunkPolicyConfig:
     n_action_steps: int = 4  # executed before re-planning (<= horizon - n_obs_steps + 1)
     hidden: tuple[int, ...] = (256, 256)  # observation MLP (and the whole net for kind=mlp)
     image_feature_dim: int = 64
-    # U-Net widths: (32, 64) trains at ~70 ms per batch of 256 and samples a chunk in ~20 ms on one CPU core;
-    # diffusion_policy's (256, 512, 1024) is for GPUs.
+    # U-Net widths: (32, 64) samples a chunk well within a control period on one CPU core and trains there in
+    # minutes (`bench/run.py --only steering` times it); diffusion_policy's (256, 512, 1024) is for GPUs.
     down_dims: tuple[int, ...] = (32, 64)
     kernel_size: int = 3
     step_embed_dim: int = 64

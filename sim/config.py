@@ -53,7 +53,7 @@ class VisualConfig:
     # Cameras, each on its own: moved by a distance (m) and turned by an angle in `camera_turn` (rad), both in
     # random directions, and its vertical field of view changed by `fovy` degrees. A camera placed in the cell moves
     # by `camera_shift` (a bumped tripod: centimetres); one on the arm by `hand_camera_shift` (bolted to the hand, a
-    # re-mount moves it by millimetres; what larger moves cost: docs/sim_to_real.md). Unlike `camera_pos_jitter`
+    # re-mount moves it by millimetres; what larger moves cost: docs/log/sim_to_real.md). Unlike `camera_pos_jitter`
     # these draw a size, so a held-out cell can sit outside the range.
     camera_shift: tuple[float, float] = (0.0, 0.0)
     hand_camera_shift: tuple[float, float] = (0.0, 0.0)

@@ -22,7 +22,7 @@ from robot_rl.types import NpObs
 class DSRLConfig:
     base: str = ""  # checkpoint folder of the frozen diffusion policy (a `algo=bc_diffusion` run)
     # |noise| <= this per element: past the bulk of the training noise, or the base's actions barely move with it
-    # (docs/benchmarks.md, "Diffusion policy, residual RL, DSRL").
+    # (docs/log/benchmarks.md, "Diffusion policy, residual RL, DSRL").
     noise_bound: float = 2.0
     chunk_reward: str = "sum"  # sum | max of the env rewards over the executed chunk
     agent_cameras: bool = True  # false: the agent sees proprio state only; the base still reads cameras

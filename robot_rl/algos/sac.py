@@ -56,17 +56,18 @@ class SACConfig:
     stored_views: int = 1
     zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
     # Update matmuls and convs in bfloat16 (weights, optimiser, output layers and losses stay fp32): "auto" turns it
-    # on where bf16 measures >= 1.5x fp32 (4x on the AVX512-BF16 dev box, any bf16 GPU), "on" / "off" force it.
+    # on where a bf16 matmul times >= 1.5x fp32 at start-up (CPUs with native bf16, any bf16 GPU; an emulating CPU
+    # would be slower), "on" / "off" force it.
     bf16: str = "auto"
     # On a CUDA learner the whole update (critic steps, actor, temperature, Polyak) is captured once as a CUDA graph
-    # and replayed: eager, the host issues its ~2600 small operations one by one (~24 ms an update on an H100 at any
-    # batch size); replayed, 3-9x the updates per second (docs/benchmarks.md). No effect on a CPU.
+    # and replayed: eager, the host issues its thousands of small operations one by one, so launch overhead, not
+    # the GPU, sets the rate at any batch size; replayed, the launches go. No effect on a CPU.
     cuda_graph: bool = True
     # On a CPU learner the critic and actor losses are compiled by torch.compile (inductor, C++ kernels): the
-    # update's hundreds of small operations (autocast's casts, LayerNorms, elementwise) fuse, ~1.5x the updates per
-    # second at batch 256 on stored camera features, for ~20 s of compiling at the first update (~9 s from inductor's
-    # cache). Off by default: short runs and the tests would spend more compiling than it saves. A CUDA learner has
-    # its graph instead (`cuda_graph`).
+    # update's hundreds of small operations (autocast's casts, LayerNorms, elementwise) fuse, which pays in a long
+    # run but costs seconds of compiling at the first update (fewer with inductor's cache). Off by default: short
+    # runs and the tests would spend more compiling than it saves. A CUDA learner has its graph instead
+    # (`cuda_graph`).
     compile: bool = False
 
 
@@ -127,7 +128,7 @@ class SAC(nn.Module):
             for p in encoder.trunk_params():
                 p.requires_grad_(False)
         # The encoder is trained through the critic loss only (DrQ / SERL).
-        # Fused Adam: one kernel per step instead of a dozen per tensor; ~13 % more updates per CPU-second.
+        # Fused Adam: one kernel per step instead of a dozen per tensor, where a small update is overhead-bound.
         trained = [p for p in encoder.parameters() if p.requires_grad]
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *trained], lr=cfg.critic_lr, fused=True)
         self.actor_opt = torch.optim.Adam(self.policy.head.parameters(), lr=cfg.actor_lr, fused=True)

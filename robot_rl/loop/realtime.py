@@ -135,10 +135,10 @@ def learn_in_real_time(run: TrainingRun, actor: Actor, stats: EpisodeStats, huma
     """
     learner, loop = run.learner, run.cfg.loop
     # Each time the actor releases the GIL (a torch op, a ROS call, its sleep) a busy learner holds it until the
-    # switch interval ends: at CPython's 5 ms, 30-odd waits a step made steps 0.19 s long under a learner stall
-    # of pure Python, and the sim robot's 0.25 s watchdog held the arm. 0.5 ms keeps them at the period.
-    # A full collection walking the start-up's heap (torch, MuJoCo, the config: ~390k objects) holds the GIL for
-    # ~250 ms, the sim robot's whole watchdog: the heap is frozen, as in deploy.
+    # switch interval ends: at CPython's default interval the dozens of such waits in a step add up, under a learner
+    # stall of pure Python, to a step longer than the robot's watchdog allows, and the arm holds. A short interval
+    # keeps a step within its period. A full garbage collection walking the start-up's heap (torch, MuJoCo, the
+    # config) holds the GIL for about a watchdog period too: the heap is frozen, as in deploy.
     with frozen_heap():
         switch = sys.getswitchinterval()
         sys.setswitchinterval(_SWITCH_S)

@@ -61,8 +61,8 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight.shape[-1] == 1:
-            # A Q head: as a broadcast multiply-sum it is memory-bound work; as a batched GEMM with N=1 it took
-            # ~10 % of a state update (MKL's batched kernels are slow at that shape, forward and backward).
+            # A Q head: as a broadcast multiply-sum it is small memory-bound work; as a batched GEMM with N=1 it
+            # hits MKL's slow path for that shape, forward and backward, a visible share of a state update.
             return (x * self.weight.mT).sum(-1, keepdim=True) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
 

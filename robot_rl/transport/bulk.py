@@ -2,8 +2,9 @@
 
 DDS stays the control plane (weights, episodes, the endpoint announcement, everything `ros2 topic` should
 see); the data plane is a plain socket because that is what moves bytes fastest between processes and hosts:
-cyclone's UDP path through the Python binding copies each image batch ~5 times and reached 0.3x of a raw
-TCP socket (docs/benchmarks.md). Messages are still the ROS CDR of the same `robot_rl_msgs` type.
+cyclone's UDP path through the Python binding copies each image batch several times and fell well short of a raw
+TCP socket (`bench/run.py --only transport`; history in docs/log/benchmarks.md). Messages are still the ROS CDR of
+the same `robot_rl_msgs` type.
 
 Wire: the learner listens on `TransportConfig.bulk_address:bulk_port` and announces `tcp://host:port` on the
 latched `<topic>/endpoint` topic. An actor connects to the newest announcement and sends frames of

@@ -11,7 +11,7 @@ What that budget learns for sure is the approach: the trained policy brings the 
 wrench shows (untrained 0.5 N, the peg's weight, in all runs; trained 45-63 N, once 6.9 N). Insertion it learns
 only sometimes, so the test does not assert it: 3 of 6 episodes on an idle box (70 s for this file), 0 of 6 in two
 runs on a box at load 8-9 (216 s), where the actor and learner interleave differently. The insertion itself is the
-bench's (docs/benchmarks.md, "PegInsert on the robot")."""
+bench's (docs/log/benchmarks.md, "PegInsert on the robot")."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 # 20 demos, camera trunks pretrained 500 steps, then at most 2500 env steps (250 robot seconds at 10 Hz), stopping
 # once an evaluation of 10 episodes every 250 steps reaches 0.8. How far a seed gets in a budget depends on the CPU's
-# float kernels (docs/benchmarks.md): on the slowest box measured the three seeds needed 1500-2000 steps. The
+# float kernels (docs/log/benchmarks.md): on the slowest box measured the three seeds needed 1500-2000 steps. The
 # untrained and the final policy are evaluated on the same 10 episodes.
 DEMOS, HOLD, WANDER, PRETRAIN, STEPS, EPISODES = 20, 5, 6, 500, 2500, 10
 CAMERAS = "front,wrist"
