@@ -83,8 +83,8 @@ class LoopConfig:
     # warm-up lets its policy fill the buffer on the arm before the critic and actor move (WSRL; #28's bench).
     learning_starts: int = 0
     # Updates after `learning_starts` that train the critic alone, the actor and temperature held: a critic from
-    # another place (a sim checkpoint on the arm) fits the arm's data before its gradient moves the actor. Measured
-    # on PickCube from a sim checkpoint: no gain (docs/benchmarks.md, "Sim to robot"), so 0.
+    # another place (a sim checkpoint on the arm) fits the arm's data before its gradient moves the actor. Off by
+    # default: it showed no gain from a PickCube sim checkpoint (docs/log/benchmarks.md, "Sim to robot").
     critic_warmup: int = 0
     sync_every: int = 1  # env steps between weight pushes from learner to actor
     # The learner's updates in a thread, overlapping the actor's next env step (one update more policy lag; not
@@ -167,8 +167,8 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda[:N]
-    # torch intra-op threads; 0 => the count a learner-shaped step runs fastest at, measured at start-up (on a
-    # shared 2-core box a second thread is as often a loss as a gain; oversubscription was 20x slower)
+    # torch intra-op threads; 0 => the count a learner-shaped step runs fastest at, measured at start-up: on a small
+    # shared box a second thread is as often a loss as a gain, and oversubscribed OpenMP threads crawl
     threads: int = 0
     run_dir: str = ""  # empty => runs/<task>-<obs>-s<seed>-<time>
     resume: str = ""  # a run directory to continue from its latest checkpoint

@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1):
             raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1)")
         cams = [c for c in ns.cameras.split(",") if c] if ns.cameras is not None else None
-        torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads on a small box: 20x slower
+        torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads crawl on a small box
         report = train_classifier(ns.store, ns.out, cameras=cams, steps=ns.steps, max_fpr=ns.max_fpr,
                                   val_frac=ns.val, test_frac=ns.test, seed=ns.seed)  # fmt: skip
         print(f"saved {ns.out}; test episodes {report['episodes']['test']}: {report['test']}", file=sys.stderr)
