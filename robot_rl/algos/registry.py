@@ -1,6 +1,6 @@
 """Every algorithm a run can train (`algo=`), each declaring its own choices in one place.
 
-The trainer, `load_policy`, deploy, the demo reader and the config checks ask `algorithm(cfg.algo)` instead of
+The trainer, `Checkpoint.policy`, deploy, the demo reader and the config checks ask `algorithm(cfg.algo)` instead of
 testing the name, so a new algorithm is a new entry here, not a branch in six files. Entries are declarative:
 classes and small functions from this layer and below; loop code (which loads a frozen base, builds the env,
 runs the training) calls them with what they take.
