@@ -8,7 +8,7 @@ every episode to a zarr `EpisodeStore` in the same layout as sim demos.
 
 Success is the robot's success topic where its config names one; a real cell has none, and then the classifier
 saved with the checkpoint's run judges (ending the episode where it sees success, as in training), else the
-person's success key on the `--teleop` device (`success_judge`).
+person's success key on the `--teleop` device (`pick_success_judge`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _status_line(env: RobotEnv, ep: int, t: int, interventions: int, out: Any) -
     out.flush()
 
 
-def success_judge(
+def pick_success_judge(
     checkpoint: Checkpoint, layout: ObsLayout, robot: RobotConfig, keys: bool
 ) -> tuple[str, RewardClassifier | None]:
     """(what says an episode succeeded, the classifier if it is one): the robot's success topic; without one the
@@ -132,7 +132,7 @@ def deploy(
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop (and its success
-    button ends an episode as a success where it is the judge: `success_judge`)."""
+    button ends an episode as a success where it is the judge: `pick_success_judge`)."""
     from robot_rl.envs import make_env
     from robot_rl.loop.adapters import env_policy
 
@@ -144,7 +144,7 @@ def deploy(
                     hz, layout.control_hz)  # fmt: skip
     policy = env_policy(cfg, checkpoint.policy())  # a residual agent runs with its frozen base
     layout = layout.replace(control_hz=hz or layout.control_hz)
-    judge, clf = success_judge(checkpoint, layout, robot, device is not None)
+    judge, clf = pick_success_judge(checkpoint, layout, robot, device is not None)
     env = make_env(cfg.env, robot=robot, node_name="robot_rl_deploy", layout=layout)
     judged = env if clf is None else ClassifierReward(env, clf)  # what the episodes step; `env` stays the robot
     store = None

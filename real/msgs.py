@@ -31,7 +31,7 @@ def _t(ros_type: str) -> Any:
     return typesys.msg_class(ros_type)
 
 
-def header(stamp: float, frame_id: str) -> Any:
+def header_at(stamp: float, frame_id: str) -> Any:
     sec = math.floor(stamp)
     return typesys.header(int(sec), min(int((stamp - sec) * 1e9), 999_999_999), frame_id)
 
@@ -46,7 +46,7 @@ def pose_stamped(pos: np.ndarray, quat_wxyz: np.ndarray, stamp: float, frame_id:
         position=_t("geometry_msgs/msg/Point")(x=float(pos[0]), y=float(pos[1]), z=float(pos[2])),
         orientation=_t("geometry_msgs/msg/Quaternion")(x=x, y=y, z=z, w=w),
     )
-    return _t(POSE)(header=header(stamp, frame_id), pose=pose)
+    return _t(POSE)(header=header_at(stamp, frame_id), pose=pose)
 
 
 def pose_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +65,7 @@ def _array3(v: Any) -> np.ndarray:
 
 def twist_stamped(linear: np.ndarray, angular: np.ndarray, stamp: float, frame_id: str) -> Any:
     twist = _t("geometry_msgs/msg/Twist")(linear=_vector3(linear), angular=_vector3(angular))
-    return _t(TWIST)(header=header(stamp, frame_id), twist=twist)
+    return _t(TWIST)(header=header_at(stamp, frame_id), twist=twist)
 
 
 def twist_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +74,7 @@ def twist_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def wrench_stamped(force: np.ndarray, torque: np.ndarray, stamp: float, frame_id: str) -> Any:
     wrench = _t("geometry_msgs/msg/Wrench")(force=_vector3(force), torque=_vector3(torque))
-    return _t(WRENCH)(header=header(stamp, frame_id), wrench=wrench)
+    return _t(WRENCH)(header=header_at(stamp, frame_id), wrench=wrench)
 
 
 def force_of(msg: Any) -> np.ndarray:
@@ -83,7 +83,7 @@ def force_of(msg: Any) -> np.ndarray:
 
 def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:
     return _t(JOINT_STATE)(
-        header=header(stamp, ""),
+        header=header_at(stamp, ""),
         name=list(names),
         position=np.asarray(pos, np.float64),
         velocity=np.asarray(vel, np.float64),
@@ -116,7 +116,7 @@ def string(text: str) -> Any:
 def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
     h, w, _ = rgb.shape
     return _t(IMAGE)(
-        header=header(stamp, frame_id), height=h, width=w, encoding="rgb8", is_bigendian=0, step=3 * w,
+        header=header_at(stamp, frame_id), height=h, width=w, encoding="rgb8", is_bigendian=0, step=3 * w,
         data=np.ascontiguousarray(rgb, np.uint8).reshape(-1),
     )  # fmt: skip
 

@@ -234,7 +234,7 @@ def push_goal(s: dict[str, Any]) -> tuple[np.ndarray, float]:
     return np.array([behind[0], behind[1], max(tcp[2], 0.08) if along > -CUBE_HALF else push_z]), GRIP_CLOSE
 
 
-def goal_distance(task: str, s: dict[str, Any]) -> float:
+def maniskill_goal_distance(task: str, s: dict[str, Any]) -> float:
     """Task potential for the simulated human (lower is closer; jumps up when the object is dropped)."""
     obj, goal, tcp = s["object_pos"], s["goal_pos"], s["tcp"]
     if task == "PushCube-v1":
@@ -455,7 +455,7 @@ class ManiSkillVecEnv:
         }
         if self.spec.kind == "peg":
             s["peg_head"] = raw["peg_head"][i].copy()
-        s["goal_distance"] = goal_distance(self.task, s)
+        s["goal_distance"] = maniskill_goal_distance(self.task, s)
         return s
 
     # ------------------------------------------------------------------------------------------- internals

@@ -35,7 +35,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.policies.vla.lora import LoraSettings, apply_lora
 from robot_rl.policies.vla.pi0 import PI0Policy, VLAConfig, full_pi0_config, load_policy, tiny_pi0_config
 
-__all__ = ["SFTConfig", "DemoWindows", "train_sft", "make_policy"]
+__all__ = ["SFTConfig", "DemoWindows", "train_sft", "make_base_policy"]
 
 
 @dataclass
@@ -105,7 +105,7 @@ class DemoWindows:
         return obs, torch.from_numpy(np.ascontiguousarray(b["action"])).float()
 
 
-def make_policy(
+def make_base_policy(
     cfg: SFTConfig, state_dim: int, action_dim: int, instruction: str, out: Path, is_main: bool
 ) -> PI0Policy:
     """The base policy: random-init tiny/full pi0 (saved under out/base so adapters can point at it) or loaded.
@@ -138,7 +138,7 @@ def _lr_lambda(cfg: SFTConfig) -> Callable[[int], float]:
 
 
 @torch.no_grad()
-def validation_loss(policy: PI0Policy, data: DemoWindows, cfg: SFTConfig, autocast: Any) -> float:
+def flow_validation_loss(policy: PI0Policy, data: DemoWindows, cfg: SFTConfig, autocast: Any) -> float:
     """Mean flow loss over a fixed set of validation windows with fixed time/noise draws."""
     ds = data.val if data.val is not None else data.train
     n = min(len(ds), cfg.val_windows)
@@ -186,7 +186,7 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
     state_dim = int(data.train.source.get_rows("state", np.array([0])).shape[-1])
     action_dim = int(data.train.source.get_rows("action", np.array([0])).shape[-1])
     names, counts = np.unique(data.instructions, return_counts=True)
-    policy = make_policy(cfg, state_dim, action_dim, str(names[counts.argmax()]), out, is_main)
+    policy = make_base_policy(cfg, state_dim, action_dim, str(names[counts.argmax()]), out, is_main)
     if cfg.fit_normalization:
         policy.set_normalization(**data.stats())
     if cfg.finetune == "lora":
@@ -224,7 +224,7 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
         log(f"vla-sft: {len(data.train)} train windows, {n_train:,} of {n_all:,} parameters trainable "
             f"({cfg.finetune}), world {world}, {dev}, {'bf16 autocast' if use_bf16 else 'no autocast'}")  # fmt: skip
     history: list[dict[str, float]] = []
-    val0 = validation_loss(policy, data, cfg, autocast) if is_main else float("nan")
+    val0 = flow_validation_loss(policy, data, cfg, autocast) if is_main else float("nan")
     if is_main:
         history.append({"step": 0, "val_loss": val0})
         log(f"step     0  val {val0:.4f}")
@@ -248,7 +248,7 @@ def train_sft(cfg: SFTConfig, log: Callable[[str], None] = print) -> tuple[PI0Po
         sched.step()
         step_times.append(time.perf_counter() - t0)
         if is_main and (step % cfg.val_every == 0 or step == cfg.steps):
-            val = validation_loss(policy, data, cfg, autocast)
+            val = flow_validation_loss(policy, data, cfg, autocast)
             history.append({"step": step, "train_loss": train_loss, "val_loss": val})
             log(f"step {step:5d}  train {train_loss:.4f}  val {val:.4f}  {np.mean(step_times[-50:]):.3f} s/step")
         if is_main and cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:

@@ -33,7 +33,7 @@ from robot_rl.types import ObsLayout
 log = logging.getLogger("robot_rl.actor")
 
 
-def load_classifier(cfg: TrainConfig) -> RewardClassifier | None:
+def actor_classifier(cfg: TrainConfig) -> RewardClassifier | None:
     """The run's classifier, built from the layout saved with it (no env needed: on a robot that is the arm)."""
     if cfg.reward.source != "classifier":
         return None
@@ -61,7 +61,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     dist = cfg.distributed
     seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
     actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
-    env = make_train_env(cfg, seed, load_classifier(cfg))
+    env = make_train_env(cfg, seed, actor_classifier(cfg))
     lay = ObsLayout.of_env(env)
     policy = make_policy(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
     human = make_human(cfg, seed)

@@ -51,7 +51,7 @@ def _rclpy_qos(qos: TopicQos) -> Any:
 
 
 @cache
-def msg_class(ros_type: str, distro: str = "jazzy") -> Any:
+def rclpy_msg_class(ros_type: str, distro: str = "jazzy") -> Any:
     """The generated rclpy class of `pkg/msg/Name`, checked against the definition we encode with: rosbags'
     definitions must describe the same bytes as the installed ROS package, or every message would be garbage."""
     pkg, _, name = ros_type.split("/")
@@ -114,7 +114,7 @@ class RclpySubscription(Subscription):
         cfg = transport.cfg
         super().__init__(topic, ros_type, cfg.distro, cfg.max_message_bytes)
         self.sub = transport.node.create_subscription(
-            msg_class(ros_type, cfg.distro), topic, _ignore, _rclpy_qos(qos), raw=True
+            rclpy_msg_class(ros_type, cfg.distro), topic, _ignore, _rclpy_qos(qos), raw=True
         )
         self._waitset = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, transport.context.handle)
 
@@ -153,7 +153,7 @@ class RclpyTransport(Transport):
 
     def publisher(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> RclpyPublisher:
         name = self.cfg.resolve(topic)
-        pub = self.node.create_publisher(msg_class(ros_type, self.cfg.distro), name, _rclpy_qos(qos))
+        pub = self.node.create_publisher(rclpy_msg_class(ros_type, self.cfg.distro), name, _rclpy_qos(qos))
         return RclpyPublisher(pub, name, ros_type, self.cfg.distro)
 
     def subscription(self, topic: str, ros_type: str, qos: TopicQos = ROS_DEFAULT_QOS) -> RclpySubscription:

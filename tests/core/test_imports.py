@@ -290,6 +290,29 @@ def test_only_the_commands_parse_arguments() -> None:
     assert parsing == [], "argparse outside robot_rl/commands/ (move the parser there, call the library from it)"
 
 
+def public_names(source: str) -> set[str]:
+    """Functions and classes a module defines at its top level, less `_private` ones and `main`."""
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {n.name for n in ast.parse(source).body if isinstance(n, defs) and not n.name.startswith("_")} - {"main"}
+
+
+def test_each_public_name_is_defined_once() -> None:
+    """Two functions sharing a name confuse a reader and `grep`: the less central one says what it does instead
+    (`sim.maniskill.maniskill_goal_distance`, not a second `goal_distance`). The commands all define
+    `build_parser` and are left out."""
+    where: dict[str, list[str]] = {}
+    for module, path in modules().items():
+        if not module.startswith("robot_rl.commands"):
+            for name in public_names(path.read_text()):
+                where.setdefault(name, []).append(module)
+    assert {name: found for name, found in where.items() if len(found) > 1} == {}
+
+
+def test_public_names_skips_private_and_nested_definitions() -> None:
+    source = "def a(): pass\ndef _b(): pass\ndef main(): pass\nclass C:\n    def d(self): pass\n"
+    assert public_names(source) == {"a", "C"}
+
+
 def test_package_dirs_match_pyproject() -> None:
     tomllib = pytest.importorskip("tomllib")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -366,7 +366,7 @@ def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
     bgr.encoding = "bgr8"
     np.testing.assert_array_equal(msgs.decode_image(bgr, False, 8), rgb)
     ok, png = cv2.imencode(".png", rgb[..., ::-1])
-    comp = typesys.msg_class(msgs.COMPRESSED_IMAGE)(header=msgs.header(1.5, "cam"), format="png", data=png.ravel())
+    comp = typesys.msg_class(msgs.COMPRESSED_IMAGE)(header=msgs.header_at(1.5, "cam"), format="png", data=png.ravel())
     np.testing.assert_array_equal(msgs.decode_image(comp, True, 8), rgb)
     assert msgs.decode_image(comp, True, 4).shape == (4, 4, 3)
     raw.encoding = "yuv422"

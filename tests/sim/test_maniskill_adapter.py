@@ -143,9 +143,9 @@ def test_push_expert_gets_behind_then_pushes() -> None:
 
 
 def test_goal_distance_rewards_progress() -> None:
-    far = ms.goal_distance("PickCube-v1", _state())
-    held = ms.goal_distance("PickCube-v1", _state(grasped=True))
-    at_goal = ms.goal_distance("PickCube-v1", _state(grasped=True, object_pos=np.array([0.0, 0.1, 0.2])))
+    far = ms.maniskill_goal_distance("PickCube-v1", _state())
+    held = ms.maniskill_goal_distance("PickCube-v1", _state(grasped=True))
+    at_goal = ms.maniskill_goal_distance("PickCube-v1", _state(grasped=True, object_pos=np.array([0.0, 0.1, 0.2])))
     assert far > held > at_goal == 0.0
 
 

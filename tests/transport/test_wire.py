@@ -14,7 +14,7 @@ from transport_util import wait_until
 from robot_rl.real import msgs
 from robot_rl.transport import make_transport, typesys
 from robot_rl.transport.channels import ANNOUNCE_T, BATCH_T, CHUNK_T, EPISODE_T
-from robot_rl.transport.ros2 import RosSetupError, installed_type_hash, msg_class
+from robot_rl.transport.ros2 import RosSetupError, installed_type_hash, rclpy_msg_class
 
 pytestmark = pytest.mark.ros2
 S = typesys.typestore("jazzy")
@@ -140,4 +140,4 @@ def test_type_hashes_match_rosidl(ros_type: str) -> None:
 
 def test_missing_message_package_is_a_clear_error() -> None:
     with pytest.raises(RosSetupError, match="no_such_msgs"):
-        msg_class("no_such_msgs/msg/Thing")
+        rclpy_msg_class("no_such_msgs/msg/Thing")
