@@ -2,7 +2,7 @@
 and everything else through `RobotEnv` as on an arm, from cameras + proprio (no object pose):
 
 1. demos: the simulated operator drives PickCube through the teleop device interface and presses its success key
-   when the task looks done (`collect --robot sim --device simulated --label-frames N`);
+   when the task looks done (`collect --robot sim --teleop simulated --label-frames N`);
 2. classifier: trained on those labelled frames (`robot-rl classifier train`), precision / recall / false-positive
    rate on held-out episodes, threshold picked on validation episodes for a low false-positive rate;
 3. training: `robot-rl train robot=sim` with the simulated operator intervening through the device interface and
@@ -158,7 +158,7 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
 
     def collect(domain: int) -> None:
         cli("collect", str(store), "--task", task.name, "--robot", "sim", "--domain",
-            str(domain), "--robot-set", "lockstep=true", *cell_sets, "-n", str(n_demos), "--device", "simulated",
+            str(domain), "--robot-set", "lockstep=true", *cell_sets, "-n", str(n_demos), "--teleop", "simulated",
             "--label-frames", str(hold), "--obs", "pixels", "--wander", str(wander), "--no-fsync",
             *(["--resume"] if store.exists() else []))  # fmt: skip
 

@@ -275,7 +275,7 @@ def main(quick: bool = False, checkpoint: Path | None = None, seeds: int = 2, sc
             with Cell() as cell:
                 try:
                     cli("collect", str(store), "--robot", "sim", "--domain", str(cell.domain),
-                        "-n", str(n_demos), "--device", "simulated", "--label-frames", str(hold), "--obs", "pixels",
+                        "-n", str(n_demos), "--teleop", "simulated", "--label-frames", str(hold), "--obs", "pixels",
                         "--wander", str(wander), "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
                     failed = ""
                 except RuntimeError as e:

@@ -414,7 +414,7 @@ def collect(
         eyes = None
         if device_name == "simulated":  # it watches the sim robot's scene on its own node, apart from the env
             if cfg.backend != "robot":
-                raise UserError("--device simulated drives the sim robot: add --robot sim")
+                raise UserError("--teleop simulated drives the sim robot: add --robot sim")
             from robot_rl.real.config import load_robot_config
             from robot_rl.real.scene import SceneWatcher
 

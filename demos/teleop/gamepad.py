@@ -157,7 +157,7 @@ def open_gamepad(path: str | None = None, cfg: GamepadConfig | None = None) -> G
         try:
             import evdev
         except ImportError as e:
-            raise UserError("--device gamepad needs the 'evdev' package: pip install -e '.[teleop]'") from e
+            raise UserError("--teleop gamepad needs the 'evdev' package: pip install -e '.[teleop]'") from e
         for p in evdev.list_devices():
             caps = evdev.InputDevice(p).capabilities()
             if BTN_SOUTH in caps.get(EV_KEY, []):

@@ -137,7 +137,7 @@ def open_spacemouse(cfg: SpaceMouseConfig | None = None, product_id: int | None 
     try:
         import hid
     except ImportError as e:
-        raise UserError("--device spacemouse needs the 'hidapi' package: pip install -e '.[teleop]'") from e
+        raise UserError("--teleop spacemouse needs the 'hidapi' package: pip install -e '.[teleop]'") from e
     for info in hid.enumerate():
         if info["vendor_id"] in VENDOR_IDS and (product_id is None or info["product_id"] == product_id):
             dev = hid.device()

@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--episodes", "-n", type=int, required=True, help="target number of episodes in the store")
     p.add_argument(
-        "--device",
+        "--teleop",
         choices=DEVICES,
         default="scripted",
         help="who drives: the scripted expert, a person (spacemouse, gamepad: pip install -e '.[teleop]'), "
@@ -66,13 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="append to an existing store")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then one more per episode)")
-    p.add_argument("--noise", type=float, default=0.0, help="scripted device: action noise std")
-    p.add_argument("--wander", type=int, default=0, metavar="N", help="simulated device: first N steps of each "
+    p.add_argument("--noise", type=float, default=0.0, help="--teleop scripted: action noise std")
+    p.add_argument("--wander", type=int, default=0, metavar="N", help="--teleop simulated: first N steps of each "
                    "episode to a random pose and gripper (failure frames for a classifier)")  # fmt: skip
     p.add_argument("--control-hz", type=float, default=None, help="control rate (default: 10 for human devices, "
                    "unpaced scripted; with --robot the robot config's)")  # fmt: skip
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
     renamed_flag(p, "--hz", "--control-hz", type=float)
+    renamed_flag(p, "--device", "--teleop", choices=DEVICES)
     renamed_flag(p, "--backend", "--robot NAME (no --robot: the simulator)", dest="backend", choices=("sim", "robot"))
     return p
 
@@ -87,7 +88,7 @@ def main(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     # the old `--backend robot [--robot X]` (X defaulted to sim) and `--backend sim` (--robot ignored)
     robot = {None: ns.robot, "robot": ns.robot or "sim", "sim": None}[getattr(ns, "backend", None)]
-    human = ns.device not in UNATTENDED
+    human = ns.teleop not in UNATTENDED
     hz = ns.control_hz if ns.control_hz is not None else (10.0 if human else 0.0)
     robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
     if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1 or ns.label_frames < 0:
@@ -112,7 +113,7 @@ def main(argv: list[str]) -> int:
         control_hz=ns.control_hz or 0.0,
         label_frames=ns.label_frames,
     )
-    stats = collect(cfg, ns.store, ns.episodes, device_name=ns.device, noise=ns.noise, wander=ns.wander,
+    stats = collect(cfg, ns.store, ns.episodes, device_name=ns.teleop, noise=ns.noise, wander=ns.wander,
                     resume=ns.resume, fsync=not ns.no_fsync)  # fmt: skip
     mb = stats.bytes_written / 1e6
     print(

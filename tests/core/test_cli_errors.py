@@ -106,7 +106,7 @@ CASES = [
     ("estop hold", "invalid choice: 'hold'"),
 ]
 if importlib.util.find_spec("hid") is None:
-    CASES.append(("collect {b}/new -n 1 --device spacemouse", "pip install -e '.[teleop]'"))
+    CASES.append(("collect {b}/new -n 1 --teleop spacemouse", "pip install -e '.[teleop]'"))
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:

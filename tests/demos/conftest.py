@@ -22,7 +22,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "pick_cube",
         "-n",
         "20",
-        "--device",
+        "--teleop",
         "scripted",
         "--obs",
         "both",

@@ -1,4 +1,4 @@
-"""`robot-rl collect --device keyboard` driven through a pseudo-terminal, key by key, as a person would: start gate,
+"""`robot-rl collect --teleop keyboard` driven through a pseudo-terminal, key by key, as a person would: start gate,
 keep, discard, re-record and Ctrl-C (keep the stopped episode)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Terminal:
 def test_keyboard_collection_as_a_person_drives_it(tmp_path: Path) -> None:
     store = tmp_path / "kb.zarr"
     os.environ.setdefault("MUJOCO_GL", "egl")
-    t = Terminal(["collect", str(store), "-n", "3", "--device", "keyboard", "--obs", "state", "--no-fsync"])
+    t = Terminal(["collect", str(store), "-n", "3", "--teleop", "keyboard", "--obs", "state", "--no-fsync"])
     banner = t.expect(r"keys: [^\n]*Ctrl-C stop")
     assert "intervene" not in banner and "y success" in banner and "r re-record" in banner
 

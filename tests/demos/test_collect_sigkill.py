@@ -55,7 +55,7 @@ def test_sigkill_during_collect_never_tears(tmp_path: Path) -> None:
         "both",
         "--image-size",
         "48",
-        "--device",
+        "--teleop",
         "scripted",
     ]
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}

@@ -17,7 +17,7 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front,wrist")
     try:
         col = spawn("collect", str(store), "--robot", "sim", "--domain", str(domain),
-                    "--robot-set", "lockstep=true", "-n", "2", "--device", "simulated", "--max-steps", str(STEPS),
+                    "--robot-set", "lockstep=true", "-n", "2", "--teleop", "simulated", "--max-steps", str(STEPS),
                     "--no-fsync")  # fmt: skip
         out, err = col.communicate(timeout=120)
         assert col.returncode == 0, err[-3000:]

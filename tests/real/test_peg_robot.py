@@ -56,7 +56,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory):
     try:
         run("collect", str(out.store), "--task", "peg_insert", "--robot", "sim", "--domain",
             str(domain), "--robot-set", "lockstep=true", *(a for kv in CELL for a in ("--robot-set", kv)), "-n",
-            str(DEMOS), "--device", "simulated", "--label-frames", str(HOLD), "--wander", str(WANDER), "--obs",
+            str(DEMOS), "--teleop", "simulated", "--label-frames", str(HOLD), "--wander", str(WANDER), "--obs",
             "pixels", "--cameras", CAMERAS, "--no-fsync")  # fmt: skip
         out.report = json.loads(run("classifier", "train", str(out.store), "--out", str(clf), "--steps", "50",
                                     "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip

@@ -47,7 +47,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Loop:
     sim = spawn("sim-robot", "--lockstep", "--cameras", CAMERAS, "--domain", str(domain))
     try:
         run("collect", str(out.store), "--robot", "sim", "--domain", str(domain), "--robot-set",
-            "lockstep=true", "-n", str(DEMOS), "--device", "simulated", "--label-frames", str(HOLD), "--wander",
+            "lockstep=true", "-n", str(DEMOS), "--teleop", "simulated", "--label-frames", str(HOLD), "--wander",
             str(WANDER), "--obs", "pixels", "--cameras", CAMERAS, "--no-fsync")  # fmt: skip
         out.report = json.loads(run("classifier", "train", str(out.store), "--out", str(out.classifier),
                                     "--steps", "50", "--max-fpr", "0.05", "--threads", "1"))  # fmt: skip

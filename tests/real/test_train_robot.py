@@ -142,7 +142,7 @@ def test_demos_collected_on_the_robot_train_a_robot_run_on_their_proprio_fields(
     sim = sim_robot(domain)
     try:
         col = spawn("collect", str(store), "--robot", "sim", "--domain", str(domain),
-                    "--robot-set", "lockstep=true", "-n", "1", "--device", "simulated", "--max-steps", "20",
+                    "--robot-set", "lockstep=true", "-n", "1", "--teleop", "simulated", "--max-steps", "20",
                     "--obs", "state", "--no-fsync")  # fmt: skip
         _, err = col.communicate(timeout=120)
         assert col.returncode == 0, err[-3000:]
