@@ -94,7 +94,7 @@ def dds_successes(ckpt: Path, shifted: bool, episodes: int) -> tuple[list[bool],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         out = subprocess.run(_cli("deploy", str(ckpt), "--robot", "sim", "--domain", domain, "--episodes",
-                                  str(episodes), "--seed", str(SEED), "--quiet", "reset_timeout_s=60"),
+                                  str(episodes), "--seed", str(SEED), "--quiet", "--robot-set", "reset_timeout_s=60"),
                              capture_output=True, text=True, timeout=60 + 30 * episodes, check=True)  # fmt: skip
     finally:
         sim.terminate()

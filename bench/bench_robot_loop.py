@@ -224,8 +224,9 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
 def confirm(run: Path, domain: int, cell: list[str], episodes: int) -> None:
     """The run's final policy through `robot-rl deploy` on other episode seeds: the goal is read off 10-episode
     evaluations and a run stops at its first one past the goal, which favours a lucky one."""
+    robot_sets = (a for kv in ("lockstep=true", *cell) for a in ("--robot-set", kv))
     out = cli("deploy", str(run), "--robot", "sim", "--domain", str(domain), "--episodes", str(episodes), "--seed",
-              str(CONFIRM_SEED), "--quiet", "lockstep=true", *cell)  # fmt: skip
+              str(CONFIRM_SEED), "--quiet", *robot_sets)  # fmt: skip
     (run / "confirm.json").write_text(out)
 
 

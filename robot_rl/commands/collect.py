@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robot_rl.commands.common import renamed_flag
+from robot_rl.commands.common import add_robot_args, renamed_flag
 from robot_rl.errors import UserError
 
 
@@ -27,16 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="who drives: the scripted expert, a person (spacemouse, gamepad: pip install -e '.[teleop]'), "
         "or the simulated operator (on the sim robot only)",
     )
-    p.add_argument("--robot", default=None, help="record on this robot over ROS 2: sim | franka | ur5e | a robot yaml "
-                   "(default: in the simulator, no robot)")  # fmt: skip
-    p.add_argument("--domain", type=int, default=None, help="--robot: DDS domain id (default: the config's)")
-    p.add_argument(
-        "--robot-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="--robot: robot config override (repeatable), e.g. lockstep=true against `sim-robot --lockstep`",
-    )
+    add_robot_args(p, None, robot_help="record on this robot over ROS 2: sim | franka | ur5e | a robot yaml "
+                   "(default: in the simulator, no robot)", positional_before=False)  # fmt: skip
     p.add_argument("--sim", default="", help="simulator config as in `train sim=` (mujoco, maniskill, gym, gym_hil)")
     p.add_argument(
         "--env",

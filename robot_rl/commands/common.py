@@ -1,7 +1,8 @@
 """What several commands share: the options that name a robot, the one-release deprecated spellings, output paths.
 
-One name per thing across `robot-rl` commands: a robot is `--robot NAME` (`robot=NAME` in the hydra commands), a
-rate says which one it is (`--control-hz`, `--camera-hz`, `--physics-hz`), and a command's output is `--out PATH`.
+One name per thing across `robot-rl` commands: a robot is `--robot NAME` (`robot=NAME` in the hydra commands) and
+its config overrides `--robot-set KEY=VALUE`, a rate says which one it is (`--control-hz`, `--camera-hz`,
+`--physics-hz`), the device a person takes over with is `--teleop`, and a command's output is `--out PATH`.
 An old spelling still works for one release and prints one line on stderr saying what replaces it.
 """
 
@@ -72,19 +73,44 @@ def resolve_out(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         p.error("the following arguments are required: --out")
 
 
-def add_robot_args(p: argparse.ArgumentParser, default: str | None, overrides: bool = True) -> None:
-    """`--robot`, `--domain` and `key=value` overrides, the same for every command that talks to an arm."""
-    p.add_argument("--robot", default=default, help="robot config: sim | franka | ur5e | a robot yaml")
+def add_robot_args(
+    p: argparse.ArgumentParser,
+    default: str | None,
+    overrides: bool = True,
+    robot_help: str = "robot config: sim | franka | ur5e | a robot yaml",
+    positional_before: bool = True,
+) -> None:
+    """`--robot`, `--domain` and `--robot-set KEY=VALUE` overrides, the same for every command that talks to an arm.
+    `positional_before`: the command took its overrides as trailing `key=value` arguments until now; that still
+    works (`robot_from_args`) for one release."""
+    p.add_argument("--robot", default=default, help=robot_help)
     p.add_argument("--domain", type=int, default=None, help="DDS domain id (default: the robot config's)")
     if overrides:
-        p.add_argument("overrides", nargs="*", help="robot config overrides, key=value (e.g. safety.max_velocity=0.2)")
+        p.add_argument(
+            "--robot-set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="robot config override (repeatable), e.g. safety.max_velocity=0.2 or lockstep=true",
+        )
+        if positional_before:
+            p.add_argument("old_robot_sets", nargs="*", default=[], help=argparse.SUPPRESS)
+            note_deprecated(p.prog, "KEY=VALUE (positional)", "--robot-set KEY=VALUE")
 
 
-def robot_from_args(ns: argparse.Namespace) -> RobotConfig:
+def robot_sets(p: argparse.ArgumentParser, ns: argparse.Namespace) -> list[str]:
+    """The `--robot-set` overrides, after any given the old positional way (with their notice)."""
+    old = list(getattr(ns, "old_robot_sets", None) or [])
+    if old:
+        deprecation(p.prog, " ".join(old), " ".join(f"--robot-set {kv}" for kv in old))
+    return [*old, *(getattr(ns, "robot_set", None) or [])]
+
+
+def robot_from_args(p: argparse.ArgumentParser, ns: argparse.Namespace) -> RobotConfig:
     """The robot config `add_robot_args` options name."""
     from robot_rl.real.config import load_robot_config
 
-    robot = load_robot_config(ns.robot, getattr(ns, "overrides", None))
+    robot = load_robot_config(ns.robot, robot_sets(p, ns))
     if ns.domain is not None:
         robot.domain_id = ns.domain
     return robot

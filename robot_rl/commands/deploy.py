@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
 
     p = build_parser()
     ns = p.parse_intermixed_args(argv)
-    robot = robot_from_args(ns)
+    robot = robot_from_args(p, ns)
     if ns.control_hz is not None and not 1.0 <= ns.control_hz <= 100.0:
         p.error("--control-hz must be within 1..100")
     from robot_rl.checkpoint import Checkpoint

@@ -28,7 +28,9 @@ One name per thing across commands:
 | thing | spelling |
 |---|---|
 | which robot | `--robot NAME` (`sim`, `franka`, `ur5e` or a robot yaml); `robot=NAME` in the hydra commands |
+| a robot config override | `--robot-set KEY=VALUE` (repeatable) |
 | a DDS domain | `--domain ID` |
+| the device a person drives or takes over with | `--teleop DEVICE` |
 | the policy's control rate | `--control-hz` |
 | a camera's publish rate | `--camera-hz` |
 | the simulator's physics rate | `--physics-hz` |

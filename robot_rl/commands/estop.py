@@ -19,8 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from robot_rl.real.estop import publish_estop
 
-    ns = build_parser().parse_args(argv)
-    robot = robot_from_args(ns)
+    p = build_parser()
+    ns = p.parse_args(argv)
+    robot = robot_from_args(p, ns)
     topic, heard = publish_estop(robot, ns.action == "press", max(0.0, ns.wait))
     done = "pressed" if ns.action == "press" else "released"
     if not heard:

@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from robot_rl.real.gripper_bridge import serve_gripper_bridge
 
-    ns = build_parser().parse_intermixed_args(argv)
+    p = build_parser()
+    ns = p.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gripper-bridge %(levelname)s %(message)s")
-    serve_gripper_bridge(robot_from_args(ns))
+    serve_gripper_bridge(robot_from_args(p, ns))
     return 0

@@ -59,10 +59,11 @@ def main(argv: list[str]) -> int:
     from robot_rl.real.sim_robot import RandomizationConfig, SimRobotConfig, load_cell, serve_sim_robot
     from robot_rl.sim.config import TASKS
 
-    ns = build_parser().parse_intermixed_args(argv)
+    p = build_parser()
+    ns = p.parse_intermixed_args(argv)
     task = task_names()[task_option(ns.task, among=TASKS)]  # a wrong name fails here, before any ROS starts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim-robot %(levelname)s %(message)s")
-    robot = robot_from_args(ns)
+    robot = robot_from_args(p, ns)
     cell = load_cell(ns.cell) if ns.cell else {}
     rand = cell.pop("randomization", RandomizationConfig())
     flags = {"friction_scale": ns.friction, "mass_scale": ns.mass, "damping_scale": ns.damping,

@@ -47,6 +47,23 @@ def test_an_old_flag_still_works_with_one_line_notice(capsys, command, argv, des
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("command, before", [("deploy", ["run"]), ("sim_robot", []), ("gripper_bridge", [])])
+def test_positional_robot_overrides_still_work_with_one_line_notice(capsys, command, before) -> None:
+    import importlib
+
+    from robot_rl.commands.common import robot_from_args
+
+    p = importlib.import_module(f"robot_rl.commands.{command}").build_parser()
+    args = ["--robot", "sim", "reset_timeout_s=61", "--robot-set", "lockstep=true"]
+    robot = robot_from_args(p, p.parse_intermixed_args([*before, *args]))
+    err = capsys.readouterr().err
+    assert robot.reset_timeout_s == 61 and robot.lockstep
+    assert "`reset_timeout_s=61` is deprecated, use `--robot-set reset_timeout_s=61`" in err
+    assert len(err.strip().splitlines()) == 1
+    robot = robot_from_args(p, p.parse_intermixed_args([*before, "--robot-set", "reset_timeout_s=61"]))
+    assert robot.reset_timeout_s == 61 and capsys.readouterr().err == ""
+
+
 def test_collect_picks_the_robot_from_either_spelling(monkeypatch, tmp_path: Path, capsys) -> None:
     import robot_rl.commands.collect as command
     import robot_rl.demos.collect as library

@@ -41,7 +41,7 @@ def deploy_against_sim_robot(checkpoint: Path, domain: int, store: Path) -> dict
     sim = spawn("sim-robot", "--domain", str(domain))
     try:
         dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
-                    "--record", str(store), "--quiet", "reset_timeout_s=60")  # fmt: skip
+                    "--record", str(store), "--quiet", "--robot-set", "reset_timeout_s=60")  # fmt: skip
         out, err = dep.communicate(timeout=240)
         assert dep.returncode == 0, err[-3000:]
     finally:
@@ -99,7 +99,7 @@ def test_robot_side_holds_within_a_control_period_when_the_policy_process_dies(c
     status = tx.subscription(cfg.status_topic, msgs.STRING)
     poses = tx.subscription(cfg.ee_pose_topic, msgs.POSE, SENSOR_QOS)  # best effort, like the sim robot's writer
     dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", "50", "--quiet",
-                "reset_timeout_s=60")  # fmt: skip
+                "--robot-set", "reset_timeout_s=60")  # fmt: skip
     cmd_stamps: list[float] = []
     tcp: list[tuple[float, np.ndarray]] = []  # (robot stamp, TCP)
     holds: list[str] = []

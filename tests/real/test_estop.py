@@ -108,7 +108,7 @@ def test_deploy_refuses_to_start_while_the_robot_holds_an_estop(checkpoint, doma
             assert press.wait(timeout=60) == 0
             peer.spin_until(lambda: len(poses) > 5, 30, "the sim robot's TCP")
             dep = spawn("deploy", str(checkpoint), "--robot", "sim", "--domain", str(domain), "--episodes", "2",
-                        "--quiet", "reset_timeout_s=60")  # fmt: skip
+                        "--quiet", "--robot-set", "reset_timeout_s=60")  # fmt: skip
             peer.spin_until(lambda: dep.poll() is not None, 120, "deploy to stop")
             out, err = dep.communicate()
         assert dep.returncode == 3, err[-2000:]

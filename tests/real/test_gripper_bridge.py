@@ -30,9 +30,11 @@ def test_openings_become_action_goals_on_change_only(domain: int) -> None:
         handle.succeed()
         return Fibonacci.Result()
 
-    bridge = spawn("gripper-bridge", "--robot", "sim", "--domain", str(domain), "gripper_bridge.action=/gripper/cmd",
-                   "gripper_bridge.action_type=test_msgs/action/Fibonacci", "gripper_bridge.position_field=order",
-                   "gripper_bridge.closed=0", "gripper_bridge.open=10", "gripper_bridge.effort_field=''")  # fmt: skip
+    sets = ["gripper_bridge.action=/gripper/cmd", "gripper_bridge.action_type=test_msgs/action/Fibonacci",
+            "gripper_bridge.position_field=order", "gripper_bridge.closed=0", "gripper_bridge.open=10",
+            "gripper_bridge.effort_field=''"]  # fmt: skip
+    robot_sets = (a for kv in sets for a in ("--robot-set", kv))
+    bridge = spawn("gripper-bridge", "--robot", "sim", "--domain", str(domain), *robot_sets)
     try:
         with PlainNode(domain) as peer:
             server = ActionServer(peer.node, Fibonacci, "/gripper/cmd", execute)

@@ -116,7 +116,7 @@ def test_the_trained_policy_brings_the_peg_onto_the_fixture_where_the_untrained_
 
 def test_deploy_runs_the_peg_checkpoint_against_the_sim_robot_in_its_own_process(loop: Loop) -> None:
     out = run("deploy", str(loop.run_dir), "--robot", "sim", "--domain", str(loop.domain), "--episodes", "2",
-              "--quiet", "lockstep=true", *CELL, timeout=240)  # fmt: skip
+              "--quiet", *(a for kv in ("lockstep=true", *CELL) for a in ("--robot-set", kv)), timeout=240)  # fmt: skip
     summary = json.loads(out)
     assert summary["episodes"] == 2 and not summary["stopped"], summary
     assert [r["aborted"] == "" or r["safety_failure"] for r in summary["per_episode"]] == [True, True]

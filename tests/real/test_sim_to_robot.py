@@ -34,7 +34,7 @@ def deployed(camera_run: Path) -> dict:
     sim = sim_robot(domain)
     try:
         dep = spawn("deploy", str(camera_run), "--robot", "sim", "--domain", str(domain), "--episodes", str(EPISODES),
-                    "--seed", str(SEED), "--quiet", NO_TRACKER)  # fmt: skip
+                    "--seed", str(SEED), "--quiet", "--robot-set", NO_TRACKER)  # fmt: skip
         out, err = dep.communicate(timeout=300)
         assert dep.returncode == 0, err[-3000:]
     finally:

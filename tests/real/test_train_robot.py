@@ -58,7 +58,7 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
         assert tr.returncode == 0, err[-3000:]
         # The checkpoint deploys on the same arm with no sim task behind it (it observes the robot's layout).
         dep = spawn("deploy", str(run), "--robot", "sim", "--episodes", "1", "--domain", str(domain), "--quiet",
-                    "lockstep=true")  # fmt: skip
+                    "--robot-set", "lockstep=true")  # fmt: skip
         dout, derr = dep.communicate(timeout=60)
         assert dep.returncode == 0, derr[-3000:]
         assert json.loads(dout)["per_episode"][0]["steps"] == EPISODE
