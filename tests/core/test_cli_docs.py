@@ -34,6 +34,7 @@ def test_every_verb_is_a_module_of_robot_rl_commands() -> None:
         ("collect", ["s", "-n", "1", "--hz", "5"], "control_hz", 5.0, "`--hz` is deprecated, use `--control-hz`"),
         ("collect", ["s", "-n", "1", "--backend", "robot"], "backend", "robot", "`--backend` is deprecated"),
         ("collect", ["s", "-n", "1", "--device", "keyboard"], "teleop", "keyboard", "`--device` is deprecated"),
+        ("eval", ["run", "--video", "v"], "out", Path("v"), "`--video` is deprecated, use `--out`"),
     ],
 )
 def test_an_old_flag_still_works_with_one_line_notice(capsys, command, argv, dest, value, notice) -> None:

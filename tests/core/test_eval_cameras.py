@@ -1,5 +1,6 @@
 """`robot-rl eval --blank CAM` / `--per-camera`: a camera's frames come black, and the eval says how much of the
-policy's success each camera carries (a policy that reads one camera only is found out before a real cell is)."""
+policy's success each camera carries (a policy that reads one camera only is found out before a real cell is);
+`--out DIR` writes what it saw."""
 
 from __future__ import annotations
 
@@ -39,3 +40,5 @@ def test_per_camera_eval_blanks_each_camera_in_turn(tmp_path: Path, capsys: pyte
     assert all(0.0 <= r["success_rate"] <= 1.0 for r in rows)
     assert main(["eval", str(tmp_path), "--blank", "side", "--episodes", "1"]) == 2
     assert "cannot blank ['side']" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "--episodes", "1", "--out", str(tmp_path / "eval")]) == 0
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["episode_000.mp4", "summary.json"]
