@@ -81,8 +81,8 @@ def pick_success_judge(
         return "success key", None
     raise UserError(f"robot {robot.name} has no success_topic and {checkpoint.run_dir} saved no reward "
                     "classifier, so nothing says when an episode succeeded: name the robot's success topic "
-                    "(success_topic=<topic>, plus success_event=true for a button), or judge with a person's success "
-                    "key (--teleop keyboard|gamepad|spacemouse)")  # fmt: skip
+                    "(--robot-set success_topic=<topic>, plus --robot-set success_event=true for a button), or judge "
+                    "with a person's success key (--teleop keyboard|gamepad|spacemouse)")  # fmt: skip
 
 
 def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: str, ep: int, obs: dict,
