@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -21,7 +22,7 @@ from safetensors.torch import save_file
 
 from robot_rl.algos.registry import algorithm
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.config import TrainConfig
+from robot_rl.config import TrainConfig, input_pipeline
 from robot_rl.errors import UserError, read_tensors
 from robot_rl.policies.chunked import ChunkPolicy
 from robot_rl.policies.gaussian import GaussianPolicy
@@ -157,13 +158,21 @@ class Checkpoint:
         policy.load_state_dict({k[len("policy.") :]: v for k, v in self.weights().items() if k.startswith("policy.")})
         return policy.eval()
 
-    def start(self, model: torch.nn.Module, layout: ObsLayout, device: torch.device) -> None:
-        """Starts `model` (a run observing `layout`) from these weights (`init_from`): the layouts must agree field
-        for field, and the networks in shape."""
+    @property
+    def pipeline(self) -> dict[str, Any]:
+        """Its input pipeline beyond the layout (`config.INPUT_PIPELINE`), as it was trained."""
+        return input_pipeline(self.cfg)
+
+    def start(self, model: torch.nn.Module, cfg: TrainConfig, layout: ObsLayout, device: torch.device) -> None:
+        """Starts `model` (a run of `cfg` observing `layout`) from these weights (`init_from`): the layouts must agree
+        field for field, the input pipelines value for value (`robot-rl train` takes the checkpoint's), and the
+        networks in shape."""
         if diff := self.layouts["policy"].differences(layout):
             raise UserError(
                 f"init_from={self.path}: its policy observes another layout than this run ({'; '.join(diff)})"
             )
+        if diff := pipeline_differences(self.pipeline, input_pipeline(cfg)):
+            raise UserError(f"init_from={self.path}: its policy was trained with {diff}; set the checkpoint's values")
         try:
             model.load_state_dict(self.weights(device))
         except RuntimeError as e:
@@ -189,6 +198,11 @@ class Checkpoint:
         for bname, buf in (buffers or {}).items():
             buf.load(self.path / f"buffer_{bname}.npz")
         return self.counters()
+
+
+def pipeline_differences(theirs: dict[str, Any], mine: dict[str, Any]) -> str:
+    """ "key=theirs (this run: mine), ..." for the keys whose values differ; "" when none do."""
+    return ", ".join(f"{k}={theirs[k]} (this run: {mine[k]})" for k in theirs if theirs[k] != mine[k])
 
 
 def _resolve(path: Path) -> Path:

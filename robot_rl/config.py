@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,6 +231,17 @@ CHOICES = {
     "distributed.on_learner_loss": ("continue", "hold"),
     "bc.policy.kind": ("diffusion", "mlp"),
 }
+
+
+# What lies between a message and the network besides the checkpoint's layout (state fields, cameras, image size,
+# crops, action scale, rate) and its weights (the state normaliser): a policy trained with one of these set
+# otherwise misreads every frame or state, silently. A run started from a checkpoint (`init_from`) takes them from it.
+INPUT_PIPELINE = ("sac.normalize_frames", "env.obs_frame", "env.randomization.delay_compensation")
+
+
+def input_pipeline(cfg: TrainConfig) -> dict[str, Any]:
+    """`INPUT_PIPELINE`'s values in `cfg`."""
+    return {key: operator.attrgetter(key)(cfg) for key in INPUT_PIPELINE}
 
 
 def check_config(cfg: TrainConfig) -> None:

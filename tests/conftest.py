@@ -119,9 +119,11 @@ def pickcube_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def camera_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A PickCube camera policy trained in the sim for the sim robot (`obs=pixels env.for_robot=sim`: the robot's
     proprio and cameras, no object pose; ~75 s on 2 cores), for the sim-to-robot tests; ROBOT_RL_TEST_CAMERA_RUN=<run
-    dir> reuses an earlier one while iterating."""
+    dir> reuses an earlier one while iterating. Its frames are standardised, as the visual preset's are: a robot run
+    started from it must take that from the checkpoint (`init_from`), which its config does not say."""
     if given := os.environ.get("ROBOT_RL_TEST_CAMERA_RUN"):
         return Path(given)
-    return _trained_once(tmp_path_factory, "camera_run", ["obs=pixels", "env.for_robot=sim", "loop.env_steps=5000",
-                         "loop.eval_every=500", "loop.eval_episodes=10", "loop.stop_at_success=0.95",
-                         "loop.final_eval_episodes=10", "loop.checkpoint_every=0"])  # fmt: skip
+    return _trained_once(tmp_path_factory, "camera_run", ["obs=pixels", "env.for_robot=sim",
+                         "sac.normalize_frames=true", "loop.env_steps=5000", "loop.eval_every=500",
+                         "loop.eval_episodes=10", "loop.stop_at_success=0.95", "loop.final_eval_episodes=10",
+                         "loop.checkpoint_every=0"])  # fmt: skip

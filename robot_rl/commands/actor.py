@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from robot_rl.commands.train import node_config
+from robot_rl.commands.train import node_config, start_from_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,5 +19,5 @@ def main(args: list[str]) -> int:
     from robot_rl.config import load_config
     from robot_rl.nodes.actor_node import run_actor
 
-    run_actor(node_config(load_config(overrides)), ns.index, ns.episodes)
+    run_actor(node_config(start_from_checkpoint(load_config(overrides), overrides)), ns.index, ns.episodes)
     return 0

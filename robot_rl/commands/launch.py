@@ -9,7 +9,6 @@ def main(overrides: list[str]) -> int:
     if wants_help(overrides):
         print(train_help("launch"))
         return 0
-    from robot_rl.config import load_config
     from robot_rl.loop.checks import check_run_dir
     from robot_rl.loop.run import default_run_dir
     from robot_rl.nodes.launch import launch
@@ -18,5 +17,5 @@ def main(overrides: list[str]) -> int:
     check_run_dir(cfg)
     if not cfg.run_dir and not cfg.resume:
         overrides = [*overrides, f"run_dir={default_run_dir(cfg)}"]
-        cfg = load_config(overrides)
+        cfg = node_config(run_config(overrides))
     return launch(cfg, overrides)

@@ -37,7 +37,32 @@ def run_config(overrides: list[str]) -> TrainConfig:
         )
         cfg = OmegaConf.to_object(merged)
         check_config(cfg)
-    return cfg
+    return start_from_checkpoint(cfg, overrides)
+
+
+def start_from_checkpoint(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """A new run started from a checkpoint (`init_from`) takes the checkpoint's input pipeline
+    (`config.INPUT_PIPELINE`: frame standardisation, ...) and says so on one line: a sim camera policy trained with
+    standardised frames would read a robot run's raw ones without a word. A value the command line sets otherwise is
+    refused."""
+    if not cfg.init_from or cfg.resume:
+        return cfg
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import Checkpoint, pipeline_differences
+    from robot_rl.config import input_pipeline
+
+    theirs, mine = Checkpoint(cfg.init_from).pipeline, input_pipeline(cfg)
+    named = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    if clash := pipeline_differences({k: v for k, v in theirs.items() if k in named}, mine):
+        raise UserError(f"init_from={cfg.init_from}: its policy was trained with {clash}: drop that override")
+    if not (diff := pipeline_differences(theirs, mine)):
+        return cfg
+    print(f"note: init_from={cfg.init_from}: taking its input pipeline, {diff}", file=sys.stderr)
+    node = OmegaConf.structured(cfg)
+    for key, value in theirs.items():
+        OmegaConf.update(node, key, value)
+    return OmegaConf.to_object(node)
 
 
 # Keys a person sets most, with what they mean; `train --help` prints them with their defaults.

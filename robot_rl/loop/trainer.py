@@ -93,7 +93,7 @@ class TrainingRun:
         cfg, lay = self.cfg, self.layouts["policy"]
         algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
         if cfg.init_from:
-            Checkpoint(cfg.init_from).start(algo, lay, self.device)
+            Checkpoint(cfg.init_from).start(algo, cfg, lay, self.device)
         else:
             states = demo_buf.valid_states() if len(demo_buf) else self.cell.normaliser_states()
             algo.policy.encoder.set_state_normalization(states, lay.state)

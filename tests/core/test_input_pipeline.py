@@ -1,0 +1,63 @@
+"""The checkpoint owns its input pipeline (issue #54): a run started from it (`init_from`) reads frames and states
+as the checkpoint's policy was trained to, or says why not. A `randomization=visual` policy standardises its frames;
+a robot run whose config does not say so once fed it raw frames without a word and scored 0.00 where deploy scored
+1.00 on the same cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl.checkpoint import Checkpoint
+from robot_rl.commands.train import run_config
+from robot_rl.config import load_config
+from robot_rl.errors import UserError
+from robot_rl.loop.trainer import TrainingRun, train
+
+pytestmark = pytest.mark.slow
+ROBOT = ["robot=sim", "obs=pixels", "intervention.enabled=false", "threads=1"]
+
+
+@pytest.fixture(scope="module")
+def visual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny camera run for the sim robot under the visual preset (it standardises frames)."""
+    run = tmp_path_factory.mktemp("visual") / "run"
+    train(load_config([f"run_dir={run}", "obs=pixels", "env.for_robot=sim", "randomization=visual",
+                       "sac.compile=false", "sac.stored_views=1", "sac.trunk_pretrain_steps=5", "loop.env_steps=10",
+                       "loop.eval_every=0", "loop.final_eval_episodes=1", "demos.n_episodes=1",
+                       "loop.checkpoint_every=0", "threads=1"]))  # fmt: skip
+    assert Checkpoint(run).pipeline["sac.normalize_frames"] is True
+    return run
+
+
+def test_a_run_from_a_checkpoint_takes_its_input_pipeline_and_says_so(
+    visual_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cfg = run_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'robot'}"])
+    assert cfg.sac.normalize_frames is True and cfg.env.randomization.delay_compensation == 0.0
+    assert "taking its input pipeline, sac.normalize_frames=True (this run: False)" in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"trained with sac.normalize_frames=True \(this run: False\): drop that"):
+        run_config([*ROBOT, f"init_from={visual_run}", "sac.normalize_frames=false"])
+
+
+def test_the_robot_runs_policy_acts_as_the_checkpoint_deployed(visual_run: Path, tmp_path: Path) -> None:
+    """The robot run's learner (no arm: its learner node's view) starts from the checkpoint's weights and pipeline:
+    its policy's actions on the same frames are deploy's. Built from a config that skipped `robot-rl train`'s
+    adoption, the run refuses in one line naming the field."""
+    cfg = run_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'robot'}"])
+    ours = TrainingRun(cfg).algo.policy.cpu().eval()
+    theirs = Checkpoint(visual_run).policy()
+    rng = np.random.default_rng(0)
+    lay = Checkpoint(visual_run).layouts["policy"]
+    for _ in range(3):
+        frames = {c: rng.integers(0, 256, (lay.image_size, lay.image_size, 3), np.uint8) for c in lay.cameras}
+        obs = {"state": rng.normal(size=lay.state_dim).astype(np.float32), **frames}
+        with torch.no_grad():
+            np.testing.assert_allclose(ours.select_action(obs, deterministic=True),
+                                       theirs.select_action(obs, deterministic=True), atol=1e-5)  # fmt: skip
+    raw = load_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'raw'}"])
+    with pytest.raises(UserError, match=r"its policy was trained with sac.normalize_frames=True \(this run: False\)"):
+        TrainingRun(raw)
