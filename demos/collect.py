@@ -327,6 +327,7 @@ def collect_to_store(
     stats = CollectStats(kept=len(store), successes=sum(bool(store.meta(i).get("success")) for i in range(len(store))))
     budget = cfg.max_attempts_factor * max(0, n_episodes - len(store))
     start = time.monotonic()
+    arm = ArmTime(env)
     try:
         while stats.kept < n_episodes:
             if operator is None and stats.attempts >= budget:
@@ -359,7 +360,7 @@ def collect_to_store(
                     break
                 continue
             t = time.monotonic()
-            meta = {**ep.meta, "env": env_record, **({"robot": robot_record} if robot_record else {})}
+            meta = {**ep.meta, "env": env_record, **({"robot": robot_record} if robot_record else {}), **arm.since()}
             store.add_episode(ep.data, meta=meta, final=ep.final)
             stats.write_s += time.monotonic() - t
             stats.bytes_written += ep.nbytes
@@ -378,6 +379,28 @@ def collect_to_store(
         if own_env:
             env.close()
     return stats
+
+
+class ArmTime:
+    """On a robot, each kept episode's meta takes `arm_s`: the arm time (`real.timing.ArmClock`) since the last kept
+    one, its discarded and aborted takes and resets included, so a store's sum is what collecting it cost the arm
+    (a robot run counts it: `loop.cells.demo_arm_s`)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.clock = getattr(env.unwrapped, "clock", None)
+        if self.clock is not None:
+            self.clock.activity = "demos"
+        self._mark = self._total()
+
+    def _total(self) -> float:
+        return sum(self.clock.seconds.values()) if self.clock is not None else 0.0
+
+    def since(self) -> dict[str, float]:
+        if self.clock is None:
+            return {}
+        total = self._total()
+        arm_s, self._mark = total - self._mark, total
+        return {"arm_s": round(arm_s, 3)}
 
 
 def _ask_verdict(operator: Operator, ep: Episode) -> str:

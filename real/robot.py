@@ -30,7 +30,7 @@ import numpy as np
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, proprio_layout
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
-from robot_rl.real.timing import RateKeeper, StreamClock
+from robot_rl.real.timing import ArmClock, RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
 from robot_rl.types import (
     OBJECT_FIELDS,
@@ -181,6 +181,9 @@ class RobotEnv(gym.Env):
         self.home_quat = np.asarray(cfg.home_quat, np.float64)
         self.safety = SafetyFilter(cfg.safety, self.dt)
         self.rate = RateKeeper(self.hz)
+        self.clock = ArmClock()  # the arm's busy time by activity: the run summary's and the benches' robot time
+        self._booked_at: float | None = None  # the state stamp the clock was last booked at (real time)
+        self._answered = 0  # lockstep: commands the robot answered since the last booking
         self.tx = transport or make_transport(
             TransportConfig(backend=cfg.backend, domain_id=cfg.domain_id, namespace=cfg.namespace, node_name=node_name)
         )
@@ -274,6 +277,18 @@ class RobotEnv(gym.Env):
             self._robot_hold = text.removeprefix("hold: ") if held else None
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
+
+    def _book(self, activity: str | None = None) -> None:
+        """Books the arm's time since the last booking (`ArmClock`): in real time from the robot's own state stamps;
+        in lockstep, where the stamps also run while the robot waits for the learner, one control period per
+        command it answered."""
+        if self.cfg.lockstep:
+            seconds, self._answered = self._answered * self.dt, 0
+        else:
+            stamp = self._stamp("ee")
+            seconds = 0.0 if self._booked_at is None else max(stamp - self._booked_at, 0.0)
+            self._booked_at = max(stamp, self._booked_at or stamp)
+        self.clock.book(seconds, activity)
 
     def _stamp(self, key: str) -> float:
         return msgs.stamp_of(self._latest[key][0])
@@ -484,6 +499,7 @@ class RobotEnv(gym.Env):
         if not pushed:
             self._raise_if_held()  # this step's command may not have acted: no transition for it
         obs = self._observe()
+        self._book()
         self._t += 1
         success = not pushed and self._success()
         truncated = not success and not pushed and self._t >= self.max_episode_steps
@@ -518,6 +534,7 @@ class RobotEnv(gym.Env):
             self._wait_for(success_too, "success flag after the command (lockstep)")
         except TimeoutError as e:
             raise StaleDataError(str(e)) from None
+        self._answered += 1
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -527,6 +544,8 @@ class RobotEnv(gym.Env):
         retries)."""
         super().reset(seed=seed)
         self._poll()
+        if self._booked_at is None and "ee" in self._latest:
+            self._booked_at = self._stamp("ee")  # the arm's time when this env first asks it for anything
 
         def cleared() -> bool:  # released here: the robot's status may not have caught up yet
             return not self._robot_estop or self._estop.pressed
@@ -571,6 +590,7 @@ class RobotEnv(gym.Env):
         if self.held_grip is not None:
             self._past[:, 3] = self.held_grip
         obs = self._observe()
+        self._book("resets")
         self.rate.restart()
         return obs, {"success": self._success(), **self.stamps()}
 

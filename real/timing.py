@@ -131,3 +131,34 @@ class StreamClock:
     def spread(self) -> float:
         """How old the newest message of a stream on time can be: a period and four mean deviations."""
         return self.period + 4.0 * self.jitter
+
+
+ARM_ACTIVITIES = ("training", "evaluation", "demos", "resets")
+
+
+class ArmClock:
+    """Robot time the arm was busy, by what for (`ARM_ACTIVITIES`): an episode's steps count as the activity of
+    whoever holds the arm (`doing`), a reset with its home move, and whatever the arm waited for between two
+    episodes, as "resets". `RobotEnv` books it (`RobotEnv._book`)."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(ARM_ACTIVITIES, 0.0)
+        self.activity = "training"
+
+    def book(self, seconds: float, activity: str | None = None) -> None:
+        self.seconds[activity or self.activity] += seconds
+
+    @contextlib.contextmanager
+    def doing(self, activity: str) -> Iterator[None]:
+        """The arm's steps in this block count as `activity`."""
+        before, self.activity = self.activity, activity
+        try:
+            yield
+        finally:
+            self.activity = before
+
+
+def arm_minutes(seconds: dict[str, float]) -> dict[str, float]:
+    """`robot_minutes_<activity>` for each of an `ArmClock`'s, and `robot_minutes_whole`: their sum."""
+    out = {f"robot_minutes_{k}": round(v / 60.0, 3) for k, v in seconds.items()}
+    return out | {"robot_minutes_whole": round(sum(seconds.values()) / 60.0, 3)}

@@ -10,19 +10,22 @@ so it evaluates nothing and never connects to the robot.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 
 import gymnasium as gym
 import torch
 
 from robot_rl.algos.reward_classifier import ClassifierReward, RewardClassifier, classifier_rewards
 from robot_rl.config import TrainConfig
+from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import make_env, make_vec_env, robot_layout
-from robot_rl.evaluation import EvalResult
 from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
 from robot_rl.loop.adapters import agent_env, make_train_env
 from robot_rl.loop.run import RunState, probe_states, reward_source, success_judge
+from robot_rl.real.timing import ARM_ACTIVITIES, arm_minutes
 from robot_rl.sim.config import is_default, nominal
 from robot_rl.types import ObsLayout, Transition
 
@@ -65,8 +68,15 @@ class Cell:
         """How many of an evaluation's `episodes` to run, given its budget of arm time."""
         return episodes
 
-    def count_eval(self, result: EvalResult, state: RunState, env_steps: int) -> dict[str, float]:
-        """Books an evaluation's cost in `state`; returns what the evaluation log adds for it."""
+    def count_time(self, state: RunState, demos: EpisodeStore | None) -> None:
+        """Where the arm's time is booked from here on: `state.arm_s`, going on from a resumed run's."""
+
+    def busy(self, activity: str) -> AbstractContextManager[None]:
+        """Around what holds the arm for `activity` (an evaluation), so its time is booked as that."""
+        return contextlib.nullcontext()
+
+    def robot_minutes(self, state: RunState, env_steps: int) -> dict[str, float]:
+        """The arm time so far, by activity and whole: what the evaluation log and the summary add."""
         return {}
 
     def make_actor(self, policy: torch.nn.Module, human: object | None, classifier: RewardClassifier | None
@@ -157,15 +167,23 @@ class RobotCell(Cell):
         longest_s = self.eval_env.unwrapped.max_episode_steps / self.cfg.env.control_hz
         return max(1, min(episodes, int(60.0 * minutes / longest_s)))
 
-    def count_eval(self, result: EvalResult, state: RunState, env_steps: int) -> dict[str, float]:
-        state.eval_robot_s += result.mean_length * result.episodes / self.cfg.env.control_hz
-        return self.robot_minutes(state, env_steps)
+    def count_time(self, state: RunState, demos: EpisodeStore | None) -> None:
+        """The arm's clock books into `state.arm_s` (a checkpoint saves it); the demos count the arm time their
+        collection took (`arm_s` in each episode's meta: `collect` on a robot writes it)."""
+        state.arm_s = {**dict.fromkeys(ARM_ACTIVITIES, 0.0), **state.arm_s, "demos": demo_arm_s(demos)}
+        if self.arm is not None:
+            self.arm.unwrapped.clock.seconds = state.arm_s
+
+    def busy(self, activity: str) -> AbstractContextManager[None]:
+        return self.arm.unwrapped.clock.doing(activity)
 
     def robot_minutes(self, state: RunState, env_steps: int) -> dict[str, float]:
-        """The arm time so far: in training (its env steps) and in evaluations, side by side."""
-        train_s = env_steps / self.cfg.env.control_hz
-        return {"robot_minutes_training": round(train_s / 60.0, 3),
-                "robot_minutes_eval": round(state.eval_robot_s / 60.0, 3)}  # fmt: skip
+        """Every minute the arm was busy (`real.timing.ArmClock`: training, evaluations, demos, resets) and their
+        sum. A learner node holds no arm: its training time is its env steps at the control rate."""
+        seconds = dict(state.arm_s)
+        if self.arm is None:
+            seconds["training"] = env_steps / self.cfg.env.control_hz
+        return arm_minutes(seconds)
 
     def make_actor(self, policy: torch.nn.Module, human: object | None, classifier: RewardClassifier | None
                    ) -> Actor:  # fmt: skip
@@ -182,6 +200,11 @@ class RobotCell(Cell):
     def summary(self, state: RunState, env_steps: int) -> dict:
         return {**super().summary(state, env_steps), "robot": self.cfg.robot.name,
                 "success_judge": success_judge(self.cfg), **self.robot_minutes(state, env_steps)}  # fmt: skip
+
+
+def demo_arm_s(store: EpisodeStore | None) -> float:
+    """The arm time a store's episodes took to collect, as `collect` recorded it (0 for sim demos)."""
+    return sum(store.meta(i).get("arm_s", 0.0) for i in range(len(store))) if store is not None else 0.0
 
 
 def make_cell(cfg: TrainConfig, acting: bool = False) -> Cell:

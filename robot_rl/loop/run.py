@@ -7,7 +7,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,7 +99,16 @@ class RunState:
     wall_clock_s: float = 0.0  # the training loop's, evaluations included
     startup_s: float = 0.0  # every session's before its loop: env, demos, trunk pretraining (`loop.max_minutes`)
     best_eval_success: float = 0.0
-    eval_robot_s: float = 0.0  # a robot run's arm time spent in evaluations (env steps / control rate)
+    arm_s: dict[str, float] = field(default_factory=dict)  # a robot run's arm time by activity (`real.timing.ArmClock`)
+
+    @classmethod
+    def of(cls, counters: dict) -> RunState:
+        """The counters a checkpoint saved; one from before `arm_s` had only its evaluations' arm time."""
+        known = {f.name for f in fields(cls)}
+        state = cls(**{k: v for k, v in counters.items() if k in known})
+        if "eval_robot_s" in counters:
+            state.arm_s.setdefault("evaluation", counters["eval_robot_s"])
+        return state
 
 
 def probe_states(env: gym.Env, seed: int, episodes: int = 5) -> np.ndarray:
@@ -137,30 +146,39 @@ class Evaluations:
     tensorboard. A run is judged by the last scene's result: the nominal scene's where the run randomises
     (`loop/trainer.py`)."""
 
-    def __init__(self, cell: Cell, policy: torch.nn.Module, seed: int, log: EvalLog, writer: SummaryWriter) -> None:
-        self.cell, self.policy, self.log, self.writer = cell, policy, log, writer
+    def __init__(self, cell: Cell, policy: torch.nn.Module, seed: int, log: EvalLog, writer: SummaryWriter,
+                 goal: float) -> None:  # fmt: skip
+        """`goal`: the success rate that ends the run (`loop.stop_at_success`), for the summary's `goal_reached`."""
+        self.cell, self.policy, self.log, self.writer, self.goal = cell, policy, log, writer, goal
         self.seed = 1_000_000 + 1000 * seed
 
     def run(
-        self, weights: dict, counters: dict, state: RunState, episodes: int, minutes: float, **extra: float
-    ) -> EvalResult | None:
+        self, weights: dict, counters: dict, state: RunState, episodes: int, minutes: float, confirm: bool = False,
+        **extra: float,
+    ) -> EvalResult | None:  # fmt: skip
         """Evaluates `weights` on as many of `episodes` as `minutes` of arm time allow (`Cell.eval_episodes`) and logs
-        it under `counters` (env_steps first) and `extra`. None where the cell has no env to evaluate in (a robot
-        run's learner node: `robot-rl deploy` evaluates a checkpoint)."""
+        it under `counters` (env_steps first) and `extra`. `confirm`: all of `episodes`, on seeds of their own
+        (`confirm_seed`), logged with `"confirm": true`. None where the cell has no env to evaluate in (a robot run's
+        learner node: `robot-rl deploy` evaluates a checkpoint)."""
         if self.cell.eval_env is None:
             return None
         self.policy.load_state_dict(weights)
-        episodes = self.cell.eval_episodes(episodes, minutes)
-        scenes = {
-            prefix: evaluate(env, self.policy, episodes, seed=self.seed) for prefix, env in self.cell.scenes().items()
-        }
+        seed = self.confirm_seed() if confirm else self.seed
+        episodes = episodes if confirm else self.cell.eval_episodes(episodes, minutes)
+        with self.cell.busy("evaluation"):
+            scenes = {prefix: evaluate(env, self.policy, episodes, seed=seed)
+                      for prefix, env in self.cell.scenes().items()}  # fmt: skip
         results = {f"{scene}{k}": v for scene, r in scenes.items() for k, v in r.as_dict().items()}
-        results |= self.cell.count_eval(scenes[""], state, counters["env_steps"])
-        self.log.add({**counters, **results, **extra})
+        results |= self.cell.robot_minutes(state, counters["env_steps"])
+        self.log.add({**counters, **results, **extra, **({"confirm": True} if confirm else {})})
         for scene, r in scenes.items():
             for k in ("success_rate", "mean_return", "mean_length"):
                 self.writer.add_scalar(f"eval/{scene}{k}", getattr(r, k), counters["env_steps"])
         return list(scenes.values())[-1]
+
+    def confirm_seed(self) -> int:
+        """The first seed of the next confirmation: apart from the periodic evaluations' and each other's."""
+        return self.seed + 5_000_000 + 100_000 * sum(1 for e in self.log.entries if e.get("confirm"))
 
     def changed(self, updates: int) -> bool:
         """Whether the learner has updated since the last evaluation: re-measuring the same weights on the same
@@ -173,11 +191,36 @@ class Evaluations:
         last = self.log.entries[-1] if result else {}
         randomized = {f"final_{k}_randomized": last.get(k) for k in ("success_rate", "success_ci", "mean_length")}
         return {
+            "goal_reached": goal_reached(self.log.entries, self.goal),
             "final_success_rate": result.success_rate if result else None,
             "final_success_ci": result.success_ci if result else None,
             "final_mean_length": result.mean_length if result else None,
             **(randomized if len(self.cell.scenes()) > 1 else {}),
         }
+
+
+def judged(entry: dict) -> tuple[float, list[float]]:
+    """An evaluation entry's success rate and Wilson interval on the scene the run is judged by (the nominal one
+    where the run randomises)."""
+    key = "nominal_" if "nominal_success_rate" in entry else ""
+    return entry[f"{key}success_rate"], entry[f"{key}success_ci"]
+
+
+def goal_reached(evals: list[dict], goal: float) -> dict[str, dict | None]:
+    """When the run first crossed `goal` (a periodic evaluation after step 0: step 0's is the starting policy) and
+    when a fresh-seed confirmation first held it (None: never): env steps, success, its Wilson interval, episodes,
+    and on a robot the arm's minutes whole by then."""
+
+    def point(e: dict | None) -> dict | None:
+        if e is None:
+            return None
+        rate, ci = judged(e)
+        arm = {"robot_minutes_whole": e["robot_minutes_whole"]} if "robot_minutes_whole" in e else {}
+        return {"env_steps": e["env_steps"], "success_rate": rate, "success_ci": ci, "episodes": e["episodes"], **arm}
+
+    crossed = next((e for e in evals if not e.get("confirm") and e["env_steps"] > 0 and judged(e)[0] >= goal), None)
+    confirmed = next((e for e in evals if e.get("confirm") and judged(e)[0] >= goal), None)
+    return {"goal": goal, "first_crossing": point(crossed), "confirmed": point(confirmed)}
 
 
 def write_summary(run_dir: Path, summary: dict, evals: list[dict]) -> Path:
@@ -220,4 +263,5 @@ def print_eval_table(evals: list[dict]) -> None:
             f"{e['env_steps']:>10} {e['updates']:>8} {e['success_rate']:>8.2f} {f'[{lo:.2f},{hi:.2f}]':>13} "
             f"{e['mean_return']:>7.2f} {e['mean_length']:>7.1f}"
             + (f" {e['nominal_success_rate']:>8.2f}" if nominal else "")
+            + ("  fresh seeds: a confirmation" if e.get("confirm") else "")
         )

@@ -97,6 +97,33 @@ def test_a_randomised_run_is_judged_on_the_nominal_scene(tmp_path: Path, monkeyp
     assert counters["best_eval_success"] == 0.0
 
 
+def test_a_crossing_ends_the_run_only_when_fresh_seeds_confirm_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rigged: every periodic evaluation passes stop_at_success, the first confirmation fails and the second holds.
+    The run trains on after the first crossing, stops at the second, and its summary names both points."""
+    calls = []
+
+    def rigged(env, policy, episodes: int, seed: int):
+        calls.append((episodes, seed))
+        confirms = sum(1 for _, s in calls if s != 1_000_000)
+        rate = 1.0 if seed == 1_000_000 or confirms == 2 else 0.5
+        return dataclasses.replace(evaluate(env, policy, 1, seed=seed), success_rate=rate, episodes=episodes)
+
+    monkeypatch.setattr(loop_run, "evaluate", rigged)
+    summary = json.loads(trainer.train(load_config([
+        f"run_dir={tmp_path}", "loop.env_steps=400", "loop.eval_every=100", "loop.eval_episodes=2",
+        "loop.confirm_episodes=6", "loop.stop_at_success=0.9", "loop.final_eval_episodes=2", "demos.n_episodes=2",
+        "loop.checkpoint_every=0", "profile=cpu",
+    ])).read_text())  # fmt: skip
+    assert summary["env_steps"] == 200  # trained on past the unconfirmed crossing at 100
+    assert calls == [(2, 1_000_000), (6, 6_000_000), (2, 1_000_000), (6, 6_100_000), (2, 1_000_000)]
+    assert [e.get("confirm", False) for e in summary["evals"]] == [False, True, False, True, False]
+    reached = summary["goal_reached"]
+    assert reached["goal"] == 0.9 and reached["first_crossing"]["env_steps"] == 100
+    assert reached["confirmed"]["env_steps"] == 200 and reached["confirmed"]["episodes"] == 6
+
+
 def test_resume_after_sigkill(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [

@@ -50,4 +50,6 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             # The simulated operator reached for the cube from what it observed: the TCP ended nearer to it.
             d = np.linalg.norm(ep["state"][:, 10:13], axis=1)  # cube_minus_tcp
             assert d[-1] < d[0] - 0.02, d.round(3)
+            # What the episode cost the arm: its steps at the control rate (lockstep; resets by topic are free)
+            assert meta["arm_s"] == round(n / 10.0, 3)
     assert "collected 2 episodes" in out

@@ -160,6 +160,7 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain))
     try:
         tr = spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "robot.success_topic=",
+                   "robot.reset=home", "robot.scene_reset=topic", "robot.home_box=[0.03,0.03,0.0]",
                    "intervention.device=simulated", "threads=1", "reward.source=classifier",
                    f"reward.classifier_path={clf_path}", "loop.env_steps=30", "loop.eval_every=15",
                    "loop.eval_episodes=5", "loop.eval_robot_minutes=0.01", "loop.final_eval_episodes=5",
@@ -174,5 +175,10 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
     # 0.01 min fits no 5 s episode (one runs), 0.25 min fits three; each lasts one step
     assert [(e["episodes"], e["success_rate"], e["mean_length"]) for e in summary["evals"]] == [
         (1, 1.0, 1.0), (1, 1.0, 1.0), (3, 1.0, 1.0)]  # fmt: skip
+    # the arm's time whole: each answered command one control period, the home moves (a drawn home each reset)
     assert summary["robot_minutes_training"] == round(30 / 10 / 60, 3)
-    assert summary["robot_minutes_eval"] == round(5 / 10 / 60, 3) == summary["evals"][-1]["robot_minutes_eval"]
+    assert summary["robot_minutes_evaluation"] == round(5 / 10 / 60, 3)
+    assert summary["evals"][-1]["robot_minutes_evaluation"] == summary["robot_minutes_evaluation"]
+    assert summary["robot_minutes_resets"] > 0 and summary["robot_minutes_demos"] == 0
+    parts = sum(summary[f"robot_minutes_{k}"] for k in ("training", "evaluation", "demos", "resets"))
+    assert summary["robot_minutes_whole"] == pytest.approx(parts, abs=0.002)
