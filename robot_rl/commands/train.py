@@ -44,23 +44,26 @@ def start_from_checkpoint(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     """A new run started from a checkpoint (`init_from`) takes the checkpoint's input pipeline
     (`config.INPUT_PIPELINE`: frame standardisation, ...) and says so on one line: a sim camera policy trained with
     standardised frames would read a robot run's raw ones without a word. A value the command line sets otherwise is
-    refused."""
+    refused. The fine-tuning defaults (`config.FINETUNE_DEFAULTS`) fill what the command line leaves unset."""
     if not cfg.init_from or cfg.resume:
         return cfg
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import Checkpoint, pipeline_differences
-    from robot_rl.config import input_pipeline
+    from robot_rl.config import FINETUNE_DEFAULTS, input_pipeline
 
     theirs, mine = Checkpoint(cfg.init_from).pipeline, input_pipeline(cfg)
     named = {o.split("=", 1)[0].lstrip("+") for o in overrides}
     if clash := pipeline_differences({k: v for k, v in theirs.items() if k in named}, mine):
         raise UserError(f"init_from={cfg.init_from}: its policy was trained with {clash}: drop that override")
-    if not (diff := pipeline_differences(theirs, mine)):
-        return cfg
-    print(f"note: init_from={cfg.init_from}: taking its input pipeline, {diff}", file=sys.stderr)
+    if diff := pipeline_differences(theirs, mine):
+        print(f"note: init_from={cfg.init_from}: taking its input pipeline, {diff}", file=sys.stderr)
+    defaults = {k: v for k, v in FINETUNE_DEFAULTS.items() if k not in named}
+    if defaults:
+        said = ", ".join(f"{k}={v}" for k, v in defaults.items())
+        print(f"note: init_from={cfg.init_from}: fine-tuning defaults {said} (set them to change)", file=sys.stderr)
     node = OmegaConf.structured(cfg)
-    for key, value in theirs.items():
+    for key, value in {**theirs, **defaults}.items():
         OmegaConf.update(node, key, value)
     return OmegaConf.to_object(node)
 

@@ -13,7 +13,7 @@ import torch
 
 from robot_rl.checkpoint import Checkpoint
 from robot_rl.commands.train import run_config
-from robot_rl.config import load_config
+from robot_rl.config import FINETUNE_DEFAULTS, load_config
 from robot_rl.errors import UserError
 from robot_rl.loop.trainer import TrainingRun, train
 
@@ -38,7 +38,12 @@ def test_a_run_from_a_checkpoint_takes_its_input_pipeline_and_says_so(
 ) -> None:
     cfg = run_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'robot'}"])
     assert cfg.sac.normalize_frames is True and cfg.env.randomization.delay_compensation == 0.0
-    assert "taking its input pipeline, sac.normalize_frames=True (this run: False)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "taking its input pipeline, sac.normalize_frames=True (this run: False)" in err
+    # ... and the fine-tuning defaults where the command line leaves them, said on a line; a value set is kept
+    assert cfg.loop.learning_starts == FINETUNE_DEFAULTS["loop.learning_starts"] and "fine-tuning defaults" in err
+    assert run_config([*ROBOT, f"init_from={visual_run}", "loop.learning_starts=7"]).loop.learning_starts == 7
+    assert run_config(ROBOT).loop.learning_starts == 0  # a run from scratch: no warm-up
     with pytest.raises(UserError, match=r"trained with sac.normalize_frames=True \(this run: False\): drop that"):
         run_config([*ROBOT, f"init_from={visual_run}", "sac.normalize_frames=false"])
 
