@@ -19,14 +19,18 @@ with its untrained policy evaluated at env step 0; evaluation reports the peak f
 the sim robot held on its force limit (`RobotHold`, safety failures). Goal: >= 0.9 within 20 robot-minutes, no
 evaluation episode over the force limit.
 
-Each finished run's final policy then goes through `robot-rl deploy` on 40 episode seeds no evaluation used
-(`confirm`): a run stops at its first 10-episode evaluation past the goal, which favours a lucky one.
+A run stops once a 10-episode evaluation past the goal is confirmed on 40 fresh episodes (`loop.confirm_episodes`);
+the table gives the first crossing and the confirmed point. The operator is the person-like one
+(`intervention.operator=person`: a reaction time, late and sometimes wrong verdicts, missed events, centimetre eyes)
+unless `--operator oracle` (its own work folder) asks for the one that reads the simulator's truth.
 
-Robot time is env steps / control rate (10 Hz); the sim robot's own count of simulated seconds (all commands:
-demos, probes, evaluations, training) is reported beside it. Every stage is resumable (its outputs stay in
-`bench/results/robot_loop/`; a rerun continues, the training from its last checkpoint, under `--minutes` of wall
-clock per call), so a long run can be done in pieces on a loaded box. A stage's parameters are recorded beside its
-output (`<output>.params.json`); one made with other parameters is removed and run again (a line says which). Run alone:
+Robot time is counted whole (`real.timing.ArmClock`, in the run summary): the demos' collection, evaluations and
+confirmations, resets and training steps, each command one control period (10 Hz) on the lockstep sim robot; the
+sim robot's own count of simulated seconds (every command, the classifier's probes too) is reported beside it.
+Every stage is resumable (its outputs stay in `bench/results/robot_loop/`; a rerun continues, the training from its
+last checkpoint, under `--minutes` of wall clock per call), so a long run can be done in pieces on a loaded box. A
+stage's parameters are recorded beside its output (`<output>.params.json`); one made with other parameters is
+removed and run again (a line says which). Run alone:
 `.venv/bin/python bench/bench_robot_loop.py [--quick] [--minutes 40] [--task peg_insert]`.
 """
 
@@ -43,7 +47,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import cli, record, reusable, wilson
+from common import cli, record, reusable
+
+from robot_rl.loop.run import goal_reached
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 HERE = Path(__file__).resolve().parent
@@ -52,7 +58,6 @@ HZ = 10.0
 # (`loop.classifier.Refits`): without it a PegInsert policy learned to hover where the classifier paid (#29).
 # PegInsert refits every 10: its first successes came earlier than at 25 (docs/log/benchmarks.md, "PegInsert").
 REFIT = (25, 100)
-CONFIRM_EPISODES, CONFIRM_SEED = 40, 1000  # the final policy on episodes no evaluation used (`confirm`)
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def run_dir(work: Path, task: Task, seed: int) -> Path:
     return work / ("run" if len(task.seeds) == 1 else f"run_s{seed}")
 
 
-def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...]) -> dict:
+def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...], operator: str) -> dict:
     state_path = work / "state.json"
     # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
     fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
@@ -120,7 +125,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
     n_demos, hold, wander = task.quick_demos if quick else task.demos
     clf_steps = 100 if quick else task.classifier_steps
     steps = int(task.goal_minutes * 60 * HZ)
-    short = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2"]
+    short = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2",
+             "loop.confirm_episodes=2"]  # fmt: skip
     every = 250 if task.name == "pick_cube" else 500
     budget = short if quick else [
         f"loop.env_steps={steps}", f"loop.eval_every={every}", "loop.eval_episodes=10",
@@ -168,7 +174,7 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
         # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): what is left here is
         # shared among the seeds still to run so that they end with equal wall clock (a seed behind catches up)
         run = run_dir(work, task, seed)
-        todo = [s for s in seeds if unfinished(run_dir(work, task, s) / "summary.json", steps, task.goal)]
+        todo = [s for s in seeds if unfinished(run_dir(work, task, s) / "summary.json", steps)]
         spent = {s: spent_minutes(run_dir(work, task, s)) for s in todo}
         even = (sum(spent.values()) + (deadline - time.monotonic()) / 60.0) / max(1, len(todo))
         budget = f"loop.max_minutes={max(even, spent_minutes(run) + 2.0):.2f}"
@@ -178,8 +184,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
         cli("train", *robot_args(domain, seed), f"run_dir={run}", f"demos.path={store}", "reward.source=classifier",
             f"reward.classifier_path={clf}", f"reward.refit_every={task.refit[0]}",
             f"reward.refit_steps={task.refit[1]}", "intervention.device=simulated",
-            "intervention.trigger=no_progress", "intervention.patience=5", "loop.eval_at_start=true", budget,
-            *extra)  # fmt: skip
+            f"intervention.operator={operator}", "intervention.trigger=no_progress", "intervention.patience=5",
+            "loop.eval_at_start=true", budget, *extra)  # fmt: skip
 
     # Demos and runs resume across calls, so their parameters are recorded when they start; the classifier's once
     # it is trained. Each stage's include those it was made from.
@@ -203,7 +209,7 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
                  "classifier": learned}  # fmt: skip
         if not reusable(run_dir(work, task, seed), fixed, f"the run of seed {seed}"):
             record(run_dir(work, task, seed), fixed)
-        while unfinished(run_dir(work, task, seed) / "summary.json", steps if not quick else 60, task.goal):
+        while unfinished(run_dir(work, task, seed) / "summary.json", steps if not quick else 60):
             if deadline - time.monotonic() < 120.0:
                 break
             try:
@@ -214,20 +220,7 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
                     raise
                 faults.append(str(e).strip().splitlines()[-1])
                 state_path.write_text(json.dumps(state, indent=1))
-    for seed in seeds:
-        run = run_dir(work, task, seed)
-        if (run / "summary.json").exists() and not (run / "confirm.json").exists():
-            stage("confirm", lambda d, run=run: confirm(run, d, cell, 2 if quick else CONFIRM_EPISODES))
     return state
-
-
-def confirm(run: Path, domain: int, cell: list[str], episodes: int) -> None:
-    """The run's final policy through `robot-rl deploy` on other episode seeds: the goal is read off 10-episode
-    evaluations and a run stops at its first one past the goal, which favours a lucky one."""
-    robot_sets = (a for kv in ("lockstep=true", *cell) for a in ("--robot-set", kv))
-    out = cli("deploy", str(run), "--robot", "sim", "--domain", str(domain), "--episodes", str(episodes), "--seed",
-              str(CONFIRM_SEED), "--quiet", *robot_sets)  # fmt: skip
-    (run / "confirm.json").write_text(out)
 
 
 def spent_minutes(run_dir: Path) -> float:
@@ -240,12 +233,12 @@ def spent_minutes(run_dir: Path) -> float:
     return (counters["wall_clock_s"] + counters.get("startup_s", 0.0)) / 60
 
 
-def unfinished(summary: Path, env_steps: int, goal: float) -> bool:
-    """No summary yet, or one that stopped on its wall-clock budget short of the goal and of its env steps."""
+def unfinished(summary: Path, env_steps: int) -> bool:
+    """No summary yet, or one that stopped on its wall-clock budget short of a confirmed goal and of its env steps."""
     if not summary.exists():
         return True
     s = json.loads(summary.read_text())
-    return s["env_steps"] < env_steps and max([e["success_rate"] for e in s["evals"]] + [0.0]) < goal
+    return s["env_steps"] < env_steps and not s.get("goal_reached", {}).get("confirmed")
 
 
 def stored_episodes(store: Path) -> int:
@@ -263,12 +256,12 @@ def plot(curves: dict[int, list[dict]], task: Task, png: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for seed, evals in curves.items():
-        x = [e["env_steps"] / HZ / 60.0 for e in evals]
+        x = [e.get("robot_minutes_whole", e["env_steps"] / HZ / 60.0) for e in evals]
         ax.plot(x, [e["success_rate"] for e in evals], "o-", label=f"seed {seed}: eval success (success topic)")
         rate = [e.get("intervention_rate", float("nan")) for e in evals]
         ax.plot(x, rate, "s--", label=f"seed {seed}: interventions")
     ax.axhline(task.goal, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("robot time (min) = env steps / 10 Hz")
+    ax.set_xlabel("robot minutes, whole (demos, evaluations, resets, training)")
     ax.set_ylim(-0.02, 1.02)
     sensed = "cameras + proprio + wrench" if task.name == "peg_insert" else "cameras + proprio"
     ax.set_title(f"{task.title} on the lockstep sim robot: {sensed}, classifier reward", fontsize=9)
@@ -278,7 +271,7 @@ def plot(curves: dict[int, list[dict]], task: Task, png: Path) -> None:
     plt.close(fig)
 
 
-def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]]:
+def seed_rows(work: Path, task: Task, seed: int, operator: str) -> tuple[list[dict], list[dict]]:
     """(table rows, evaluation curve) of one training seed: its untrained baseline, evaluations and outcome."""
     run = run_dir(work, task, seed)
     done = (run / "summary.json").exists()
@@ -289,52 +282,56 @@ def seed_rows(work: Path, task: Task, seed: int) -> tuple[list[dict], list[dict]
         lines = (run / "evals.jsonl").read_text().splitlines() if (run / "evals.jsonl").exists() else []
         evals, summary = [json.loads(x) for x in lines if x], {}
     base = evals[0] if evals and evals[0]["env_steps"] == 0 else None  # the untrained policy (loop.eval_at_start)
-    curve, evals = evals, [e for e in evals if e is not base]
-    reached = next((e["env_steps"] / HZ / 60.0 for e in evals if e["success_rate"] >= task.goal), None)
+    curve = [e for e in evals if not e.get("confirm")]
+    evals = [e for e in evals if e is not base]
+    reached = summary.get("goal_reached") or goal_reached(evals, task.goal)
+    cross, conf = reached["first_crossing"], reached["confirmed"]
     tag = f"robot loop {task.title}" + (f" seed {seed}" if len(task.seeds) > 1 else "")
 
     def forces(e: dict | None) -> dict:
         return {} if e is None else {"peak_force_n": e.get("peak_ee_force_max"),
                                      "safety_failures": e.get("safety_failure_rate")}  # fmt: skip
 
+    def at(e: dict) -> str:
+        what = f"{e['episodes']} fresh episodes (confirmation)" if e.get("confirm") else "eval"
+        return f"{what} at {e.get('robot_minutes_whole', 0.0):.1f} robot min whole ({e['env_steps']} steps)"
+
     over = sum(round(e.get("safety_failure_rate", 0.0) * e["episodes"]) for e in evals)
+    whole = {k: v for k, v in (evals[-1] if evals else {}).items() if k.startswith("robot_minutes_")}
+    confirmed_in = conf is not None and conf["robot_minutes_whole"] <= task.goal_minutes
     rows = [
         {"bench": f"{tag}: baseline, untrained policy (same run, env step 0)",
          "success": base["success_rate"] if base else None, "episodes": base["episodes"] if base else 0,
          **forces(base)},
-        *({"bench": f"{tag}: eval at {e['env_steps'] / HZ / 60.0:.1f} robot min ({e['env_steps']} steps)",
-           "success": e["success_rate"], "intervention_rate": e.get("intervention_rate"), **forces(e),
+        *({"bench": f"{tag}: {at(e)}", "success": e["success_rate"], "wilson_95": e["success_ci"],
+           "intervention_rate": e.get("intervention_rate"), **forces(e),
            "classifier_paid_judged": e.get("classifier_paid_judged"),
            "classifier_false_positives": e.get("classifier_false_positives")}
           for e in evals),
-        {"bench": f"{tag}: " + ("finished" if done else "budget spent, resumable"),
+        {"bench": f"{tag}: " + ("finished" if done else "budget spent, resumable"), "operator": operator,
          "final_success": summary.get("final_success_rate"), "env_steps": evals[-1]["env_steps"] if evals else 0,
-         "robot_min_training": (evals[-1]["env_steps"] if evals else 0) / HZ / 60.0,
-         "robot_min_eval": evals[-1].get("robot_minutes_eval") if evals else None,
-         f"goal_{task.goal}_within_{task.goal_minutes:.0f}_robot_min": reached is not None
-         and reached <= task.goal_minutes, "reached_at_robot_min": reached,
+         **whole, f"goal_{task.goal}_confirmed_within_{task.goal_minutes:.0f}_robot_min_whole": confirmed_in,
+         "first_crossing_at_robot_min_whole": cross and cross.get("robot_minutes_whole"),
+         "confirmed_at_robot_min_whole": conf and conf.get("robot_minutes_whole"),
+         "confirmed_success": conf and conf["success_rate"], "confirmed_wilson_95": conf and conf["success_ci"],
          "intervention_rate": summary.get("intervention_rate"), "eval_episodes_held_on_force": over,
          "classifier_refits": summary.get("classifier_refits")},
     ]  # fmt: skip
-    if (run / "confirm.json").exists():
-        c = json.loads((run / "confirm.json").read_text())
-        k = round(c["success_rate"] * c["episodes"])
-        rows.append({"bench": f"{tag}: final policy via deploy, {c['episodes']} other episodes (seeds from "
-                              f"{CONFIRM_SEED})", "success": c["success_rate"], "wilson_95": wilson(k, c["episodes"]),
-                     "safety_failures": c["safety_failure_rate"], "aborted": c["aborted_episodes"]})  # fmt: skip
     return rows, curve
 
 
-def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", seeds: str = "") -> list[dict]:
+def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", seeds: str = "",
+         operator: str = "person") -> list[dict]:  # fmt: skip
     """`seeds`: train only these of the task's seeds in this call (comma list; "": all), e.g. one per call on a
-    loaded box; the table shows every seed that has results."""
+    loaded box; the table shows every seed that has results. `operator`: person | oracle (its own work folder)."""
     spec = TASKS[task]
-    name = "robot_loop" if task == "pick_cube" else f"robot_loop_{task}"
+    name = ("robot_loop" if task == "pick_cube" else f"robot_loop_{task}") + ("_oracle" if operator == "oracle" else "")
     work = HERE / "results" / (f"{name}_quick" if quick else name)
     if quick:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    state = run_stages(work, spec, quick, minutes, tuple(int(x) for x in seeds.split(",")) if seeds else spec.seeds)
+    todo = tuple(int(x) for x in seeds.split(",")) if seeds else spec.seeds
+    state = run_stages(work, spec, quick, minutes, todo, operator)
     clf = json.loads((work / "classifier.json").read_text())
     t = clf["test"]
     rows = [
@@ -347,7 +344,7 @@ def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", se
     ]  # fmt: skip
     curves = {}
     for seed in spec.seeds:
-        seed_table, curves[seed] = seed_rows(work, spec, seed)
+        seed_table, curves[seed] = seed_rows(work, spec, seed, operator)
         rows += seed_table
     rows.append({"bench": f"robot loop {spec.title}: all stages", "robot_min_all": sum(state["robot_s"].values()) / 60,
                  "wall_min": sum(state["wall_s"].values()) / 60.0,
@@ -366,6 +363,7 @@ if __name__ == "__main__":
     p.add_argument("--minutes", type=float, default=40.0, help="wall-clock budget of the training stage, this call")
     p.add_argument("--task", default="pick_cube", choices=sorted(TASKS))
     p.add_argument("--seeds", default="", help="comma list of the task's training seeds to run this call (all)")
+    p.add_argument("--operator", default="person", choices=("person", "oracle"))
     ns = p.parse_args()
-    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds):
+    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds, ns.operator):
         print(row)

@@ -4,7 +4,6 @@ writes (`write_run`) and the check that a kept stage was made with the same para
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from robot_rl.evaluation import wilson  # noqa: F401 (the benches' `from common import wilson`)
 
 
 def rates(fn: Callable[[], object], reps: int, warmup: int = 2) -> tuple[float, float]:
@@ -38,15 +39,6 @@ def latency_ms(fn: Callable[[], object], reps: int, warmup: int = 10) -> tuple[f
         fn()
         ts.append(1e3 * (time.perf_counter() - t))
     return float(np.percentile(ts, 50)), float(np.percentile(ts, 99))
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def kept_ci(nominal: list[bool], shifted: list[bool], n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:

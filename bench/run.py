@@ -46,7 +46,7 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
     if area == "main_job":
         return {"seeds": (0, 1) if args.quick else (0, 1, 2, 3, 4)}
     if area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
-        return {"quick": args.quick, "minutes": args.robot_loop_minutes, "task": args.task}
+        return {"quick": args.quick, "minutes": args.robot_loop_minutes, "task": args.task, "operator": args.operator}
     if area == "sim_to_robot":
         return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
     if area == "demos":
@@ -63,6 +63,7 @@ def main() -> int:
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
+    p.add_argument("--operator", default="person", help="robot_loop: person | oracle (the simulator's truth)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--tag", default="", help="the short tag of the run files' names (default: quick or full)")
     args = p.parse_args()
