@@ -29,12 +29,14 @@ from robot_rl.sim.config import (
     ARMS,
     OBS_FRAMES,
     OBS_MODES,
+    OPERATORS,
     REWARDS,
     SIM_ARM_JOINTS,
     SIMS,
     TRIGGERS,
     EnvConfig,
     InterventionConfig,
+    PersonConfig,
     is_default,
 )  # fmt: skip
 from robot_rl.transport.base import TransportConfig
@@ -75,6 +77,11 @@ class HumanConfig(InterventionConfig):
     # topic changes, which is the simulator's check, not a person's judgement: its keys count (as `reward.keys`
     # lets a person's) only with this set. Off, it drives and takes over, and the reward is the classifier's alone.
     success_from_sim: bool = False
+    # Who the simulated operator is: `oracle` reads the simulator's exact poses and success flag and acts the step
+    # it is triggered; `person` has a person's limits (`person`: reaction time, late and sometimes wrong verdicts,
+    # missed triggers, pose estimates). Oracle by default, so a bench's numbers keep meaning what they meant.
+    operator: str = "oracle"
+    person: PersonConfig = field(default_factory=PersonConfig)
 
 
 @dataclass
@@ -210,6 +217,10 @@ MINIMUM = {
     "reward.refit_every": 0,
     "reward.refit_steps": 1,
     "reward.verdict_s": 0,
+    "intervention.person.reaction_s": 0,
+    "intervention.person.verdict_delay_s": 0,
+    "intervention.person.pose_noise_m": 0,
+    "intervention.person.pose_jitter_m": 0,
     "distributed.n_actors": 1,
     "sac.batch_size": 1,
     "sac.utd": 1,
@@ -232,6 +243,7 @@ CHOICES = {
     "reward.source": ("env", "classifier"),
     "intervention.trigger": TRIGGERS,
     "intervention.device": ("", "spacemouse", "gamepad", "keyboard", "simulated"),
+    "intervention.operator": OPERATORS,
     "distributed.on_learner_loss": ("continue", "hold"),
     "bc.policy.kind": ("diffusion", "mlp"),
 }
@@ -291,6 +303,16 @@ def _algo_problem(cfg: TrainConfig) -> str:
     if cfg.intervention.success_from_sim and cfg.intervention.device != "simulated":
         return ("intervention.success_from_sim lets the simulated operator's keys reward: it needs "
                 "intervention.device=simulated (a person's keys count with reward.keys)")  # fmt: skip
+    return _person_problem(cfg.intervention)
+
+
+def _person_problem(c: HumanConfig) -> str:
+    if c.operator == "person" and c.device != "simulated":
+        return ("intervention.operator=person gives the simulated operator a person's limits: it needs "
+                "intervention.device=simulated")  # fmt: skip
+    for key in ("verdict_error", "miss_rate"):
+        if not 0.0 <= (p := getattr(c.person, key)) <= 1.0:
+            return f"intervention.person.{key}={p}: a probability, give one in [0, 1]"
     return ""
 
 

@@ -177,6 +177,33 @@ TRIGGERS = ("away_from_goal", "no_progress", "always")
 
 
 @dataclass
+class PersonConfig:
+    """A person's limits for the simulated operator on the sim robot (`intervention.operator=person`), in robot
+    time (seconds of the robot's clock, env steps at the control rate); defaults from the human-factors literature."""
+
+    # Trigger seen -> hands on the device: a choice reaction, ~0.4-0.6 s (Hick 1952; Kosinski 2008's review), more
+    # than the ~0.25 s of a simple one. The policy keeps acting meanwhile.
+    reaction_s: float = 0.5
+    # Scene changed -> success / failure key pressed: a choice reaction plus a look to confirm before committing.
+    verdict_delay_s: float = 0.75
+    # A verdict (on a change of the scene, or when asked) is the wrong one this often: ~3-6 % of the labels of
+    # curated benchmark test sets are wrong (Northcutt et al. 2021).
+    verdict_error: float = 0.05
+    # A trigger (drift, drop, jam) goes unnoticed this often: misses in sustained monitoring run 10-30 % and grow
+    # with time on watch (Mackworth 1948; Warm et al. 2008).
+    miss_rate: float = 0.1
+    # Per episode, per axis: where the person thinks the scene is (where they stand: parallax, depth), shared by the
+    # object and the fixture; ~1 cm in 3-D, a person's error localising a point at arm's length.
+    pose_noise_m: float = 0.005
+    # Per look, per axis, each object apart: relative alignment (peg over hole) is far finer than absolute
+    # position, ~1 mm (vernier acuity).
+    pose_jitter_m: float = 0.001
+
+
+OPERATORS = ("oracle", "person")
+
+
+@dataclass
 class GymConfig:
     module: str = ""  # imported first, to register its ids; "" = the id's namespace if it names a module (gym_hil)
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gym.make

@@ -16,6 +16,11 @@ what its `eyes` see (a `Sight`: where the cube or peg is, where the hole is, whe
   `InterventionConfig` rule of the sim's simulated human: away from the goal, or no progress, for `patience` steps,
   or a drop; and at once at a jam, the peg pressed on the block beside the hole, as a person steps in the moment
   they see one), for `takeover_steps`, with a probability that decays over its own count of watched steps.
+
+An oracle by default: it sees exact poses and the simulator's success flag and takes over the step it is triggered.
+`person` gives it a person's limits (`PersonConfig`): its eyes are `PersonEyes` (estimated poses, late and
+sometimes wrong verdicts), it misses a trigger with probability `miss_rate` and takes over `reaction_s` of robot
+time after one it noticed, the policy acting meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.demos.teleop.base import DeviceCommand
+from robot_rl.demos.teleop.person import PersonEyes
+from robot_rl.sim.config import PersonConfig
 from robot_rl.sim.envs import LIFT_HEIGHT, PEG_BELOW_TCP
 from robot_rl.sim.experts import InterventionConfig, ScriptedExpert, goal_distance
 
@@ -45,18 +52,27 @@ JAM_HEIGHT, JAM_OFFSET = 0.002, 0.003
 
 
 class SimulatedOperator:
-    """The scripted PickCube strategy on observable state; intervenes by `cfg` (None: never)."""
+    """The scripted PickCube strategy on observable state; intervenes by `cfg` (None: never); `person`: with a
+    person's limits (None: an oracle)."""
 
     name = "simulated"
     source = "teleop"  # a stand-in for a person at the robot
 
     def __init__(
-        self, eyes: Eyes, cfg: InterventionConfig | None = None, seed: int | None = None, wander: int = 0
+        self,
+        eyes: Eyes,
+        cfg: InterventionConfig | None = None,
+        seed: int | None = None,
+        wander: int = 0,
+        person: PersonConfig | None = None,
     ) -> None:
-        self.eyes = eyes
         self.cfg = cfg
         self.wander = wander
+        self.person = person
         self._rng = np.random.default_rng(seed)
+        # The person's draws on a stream of their own: the oracle's stay what they were.
+        self._person_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))
+        self.eyes = PersonEyes(eyes, person, self._person_rng) if person is not None else eyes
         self.watched = 0  # polls so far: its own sense of how far training has come
         self._grip = -1.0
         self._intervene = False
@@ -66,11 +82,20 @@ class SimulatedOperator:
         self._grip = -1.0
         self._saw_success = False
         self._takeover_left = 0
+        self._react_at: float | None = None  # robot time the takeover starts at, once triggered and noticed
         self._streak = 0
         self._prev: tuple[float, bool] | None = None  # (goal distance, grasped) at the previous poll
         self._t = 0
         # Where this episode's wandering goes, as fractions of a task's range: `_wander_goal`.
         self._wander_u = self._rng.random(4)
+        if self.person is not None:
+            self.eyes.reset()
+
+    def ask(self) -> None:
+        """The next poll answers whether the held scene is done (`DeviceIntervener.judge`): a person judges it
+        afresh (`PersonEyes.ask`); the oracle's keys already say."""
+        if self.person is not None:
+            self.eyes.ask()
 
     def poll(self, env: gym.Env) -> DeviceCommand:
         u = env.unwrapped
@@ -78,7 +103,8 @@ class SimulatedOperator:
         if obs is None or not {"tcp_pos", "gripper_opening"} <= set(layout) or not hasattr(u, "stamps"):
             raise ValueError("the simulated operator needs a robot env (RobotEnv) observing tcp_pos and "
                              "gripper_opening")  # fmt: skip
-        sight = self.eyes.look(u.stamps()["state_timestamp"])
+        now = u.stamps()["state_timestamp"]
+        sight = self.eyes.look(now)
         s = obs["state"]
         tcp = s[layout["tcp_pos"]].astype(np.float64)
         if sight.fixture_pos is None:
@@ -96,7 +122,7 @@ class SimulatedOperator:
         twist[:3] = np.clip((goal - tcp) / u.max_step, -1.0, 1.0)
         events = self._keys(sight.success)
         dist = goal_distance({**state, "success": sight.success})
-        self._intervene = self._watch(dist, state["grasped"], sight.success, state.get("jammed", False))
+        self._intervene = self._watch(dist, state["grasped"], sight.success, state.get("jammed", False), now)
         return DeviceCommand(twist, float(grip), self._intervene, events)
 
     def _pick_cube_state(self, tcp: np.ndarray, cube: np.ndarray, gap: float) -> dict[str, Any]:
@@ -137,9 +163,10 @@ class SimulatedOperator:
             return frozenset({"success" if success else "failure"})
         return frozenset()
 
-    def _watch(self, dist: float, grasped: bool, success: bool, jammed: bool = False) -> bool:
+    def _watch(self, dist: float, grasped: bool, success: bool, jammed: bool = False, now: float = 0.0) -> bool:
         """True while taking over: triggered by `patience` steps away from the goal, a drop or a jam, then held for
-        `takeover_steps`, stepping in with probability `rate`."""
+        `takeover_steps`, stepping in with probability `rate` (a person: if they notice, `reaction_s` after; robot
+        time `now`)."""
         self.watched += 1
         if self.cfg is None or not self.cfg.enabled:
             return False
@@ -148,6 +175,8 @@ class SimulatedOperator:
             if self._takeover_left == 0:
                 self._streak, self._prev = 0, None  # hand back with a clean slate
             return True
+        if self._react_at is not None:  # reaching for the device: the policy acts, new triggers wait
+            return self._react(now)
         prev, self._prev = self._prev, (dist, grasped)
         if prev is None:
             return False
@@ -159,9 +188,19 @@ class SimulatedOperator:
             self._streak += 1
         if (dropped or jammed or self._streak >= self.cfg.patience) and self._rng.random() < self.rate:
             self._streak = 0
-            self._takeover_left = self.cfg.takeover_steps - 1
-            return True
-        return False
+            if self.person is None:
+                self._react_at = now
+            elif self._person_rng.random() >= self.person.miss_rate:  # else it passes unnoticed
+                self._react_at = now + self.person.reaction_s
+        return self._react(now)
+
+    def _react(self, now: float) -> bool:
+        """Start the takeover once its time has come."""
+        if self._react_at is None or now < self._react_at - 1e-9:
+            return False
+        self._react_at = None
+        self._takeover_left = self.cfg.takeover_steps - 1
+        return True
 
     @property
     def rate(self) -> float:

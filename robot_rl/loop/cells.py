@@ -24,7 +24,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import make_env, make_vec_env, robot_layout
 from robot_rl.loop.actor import Actor, EpisodeStats, VecActor
 from robot_rl.loop.adapters import agent_env, make_train_env
-from robot_rl.loop.run import RunState, probe_states, reward_source, success_judge
+from robot_rl.loop.run import RunState, operator_name, probe_states, reward_source, success_judge
 from robot_rl.real.timing import ARM_ACTIVITIES, arm_minutes
 from robot_rl.sim.config import is_default, nominal
 from robot_rl.types import ObsLayout, Transition
@@ -91,7 +91,8 @@ class Cell:
     def summary(self, state: RunState, env_steps: int) -> dict:
         """This cell's entries of summary.json."""
         env = type(self.eval_env.unwrapped).__name__ if self.eval_env is not None else "RobotEnv"
-        return {"robot": None, "env": env, "reward_source": reward_source(self.cfg)}
+        cfg = self.cfg
+        return {"robot": None, "env": env, "reward_source": reward_source(cfg), "operator": operator_name(cfg)}
 
 
 class SimCell(Cell):

@@ -47,7 +47,9 @@ class DeviceIntervener:
     def judge(self, env: gym.Env) -> bool:
         """Whether the person says the task is done in the scene as it is now (a classifier ended the episode, so
         there is no next step to read the keys at): the label their keys set, or the success key pressed within
-        `verdict_s`; no key in that time is a no."""
+        `verdict_s`; no key in that time is a no. A simulated person (`SimulatedOperator.ask`) is asked outright."""
+        if hasattr(self.device, "ask"):
+            self.device.ask()
         end = time.monotonic() + self.verdict_s
         while True:
             self._read_label(self.device.poll(env).events)
@@ -83,13 +85,14 @@ def make_human(cfg: TrainConfig, seed: int, node_name: str = "robot_rl_operator"
         from robot_rl.real.scene import SceneWatcher
 
         eyes = SceneWatcher(cfg.robot, node_name=node_name, fixture=cfg.env.task == "PegInsert")
-        device = SimulatedOperator(eyes, c, seed)
+        device = SimulatedOperator(eyes, c, seed, person=c.person if c.operator == "person" else None)
     else:
         try:
             device = make_device(c.device, seed)
         except ValueError as e:
             raise UserError(f"intervention.device={c.device}: {e}") from None
-    # The simulated operator sees the scene at once; a person gets `reward.verdict_s` to press the success key.
+    # The simulated operator answers at once (a simulated person too: the robot holds while they judge); a person
+    # gets `reward.verdict_s` to press the success key.
     return DeviceIntervener(
         device, keys=cfg.keys_count, verdict_s=0.0 if c.device == "simulated" else cfg.reward.verdict_s
     )

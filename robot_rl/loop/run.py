@@ -246,6 +246,15 @@ def reward_source(cfg: TrainConfig) -> str:
     return f"{cfg.robot.success_topic} topic{keys}" if cfg.robot is not None else cfg.reward.source
 
 
+def operator_name(cfg: TrainConfig) -> str | None:
+    """Who intervened: nobody (None), `oracle` (the sim's simulated human, or the simulated operator reading the
+    simulator's state), `person` (the simulated operator with a person's limits) or the device a person held."""
+    c = cfg.intervention
+    if not c.enabled:
+        return None
+    return c.operator if c.device in ("", "simulated") else c.device
+
+
 def success_judge(cfg: TrainConfig) -> str:
     """What a robot run's evaluations count as success: its success topic, else the run's classifier."""
     topic = cfg.robot.success_topic

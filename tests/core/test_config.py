@@ -75,6 +75,25 @@ def test_classifier_refits_need_a_robot_run_with_a_person_and_one_process(capsys
     assert "the actor and learner nodes do not pass verdicts" in capsys.readouterr().err
 
 
+def test_the_simulated_operator_is_an_oracle_unless_a_person_is_named() -> None:
+    from robot_rl.loop.run import operator_name
+
+    robot = ["robot=sim", "intervention.device=simulated"]
+    assert load_config(robot).intervention.operator == "oracle" and operator_name(load_config(robot)) == "oracle"
+    person = load_config([*robot, "intervention.operator=person", "intervention.person.reaction_s=0.3"])
+    assert operator_name(person) == "person" and person.intervention.person.reaction_s == 0.3
+    assert operator_name(load_config(["intervention.enabled=false"])) is None
+    assert operator_name(load_config(["robot=sim", "intervention.device=keyboard"])) == "keyboard"
+    with pytest.raises(ConfigError, match=r"^bad configuration: intervention.operator=human: expected one of oracle"):
+        load_config([*robot, "intervention.operator=human"])
+    with pytest.raises(ConfigError, match="intervention.operator=person .* needs intervention.device=simulated"):
+        load_config(["intervention.operator=person"])
+    with pytest.raises(ConfigError, match="intervention.person.miss_rate=1.5: a probability"):
+        load_config([*robot, "intervention.person.miss_rate=1.5"])
+    with pytest.raises(ConfigError, match="intervention.person.reaction_s=-1.0: must be >= 0"):
+        load_config([*robot, "intervention.person.reaction_s=-1"])
+
+
 def test_nodes_refuse_batched_envs(capsys) -> None:
     ok = ["sim=maniskill", "task=PickCube-v1", "loop.num_envs=2", "intervention.enabled=false"]
     assert main(["launch", *ok]) == 2

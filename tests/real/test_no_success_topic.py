@@ -146,12 +146,14 @@ def test_a_robot_run_without_a_success_topic_needs_a_classifier_and_the_simulate
         load_config([*base, "intervention.device=keyboard", "intervention.success_from_sim=true"])
 
 
+@pytest.mark.parametrize("operator", ["oracle", "person"])
 def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_classifier_in_robot_minutes(
-    domain: int, tmp_path: Path
+    domain: int, tmp_path: Path, operator: str
 ) -> None:
     """The classifier calls every frame a success, the sim robot's own check never would: every evaluation episode
     ends at its first step as a success. Evaluations run as many episodes as fit in their robot-minutes. The
-    simulated operator watches (its eyes still read the sim's check, which the run's config does not name)."""
+    simulated operator watches (its eyes still read the sim's check, which the run's config does not name), an
+    oracle or a person, as the summary says."""
     robot = load_robot_config("sim")
     lay = proprio_layout(robot)
     clf_path, run = tmp_path / "clf.safetensors", tmp_path / "run"
@@ -161,7 +163,8 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
     try:
         tr = spawn("train", "robot=sim", "robot.lockstep=true", f"robot.domain_id={domain}", "robot.success_topic=",
                    "robot.reset=home", "robot.scene_reset=topic", "robot.home_box=[0.03,0.03,0.0]",
-                   "intervention.device=simulated", "threads=1", "reward.source=classifier",
+                   "intervention.device=simulated", f"intervention.operator={operator}", "threads=1",
+                   "reward.source=classifier",
                    f"reward.classifier_path={clf_path}", "loop.env_steps=30", "loop.eval_every=15",
                    "loop.eval_episodes=5", "loop.eval_robot_minutes=0.01", "loop.final_eval_episodes=5",
                    "loop.final_eval_robot_minutes=0.25", "loop.stop_at_success=2", "loop.checkpoint_every=0",
@@ -172,6 +175,7 @@ def test_training_and_its_evaluations_without_a_success_topic_are_judged_by_the_
         stop(sim)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["success_judge"] == "classifier" and summary["reward_source"] == "classifier"
+    assert summary["operator"] == operator
     # 0.01 min fits no 5 s episode (one runs), 0.25 min fits three; each lasts one step
     assert [(e["episodes"], e["success_rate"], e["mean_length"]) for e in summary["evals"]] == [
         (1, 1.0, 1.0), (1, 1.0, 1.0), (3, 1.0, 1.0)]  # fmt: skip
