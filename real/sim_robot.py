@@ -124,7 +124,7 @@ def load_cell(spec: str) -> dict[str, Any]:
         if any(len(v) != 3 for v in out[key].values()):
             raise ConfigError(f"--cell {spec}: {key}: three values per camera")
     out["camera_fovy"] = {cam: float(v) for cam, v in (raw.get("camera_fovy") or {}).items()}
-    log.info("cell %s: %s", spec, json.dumps(raw, default=list))
+    log.info("cell %s: %s", spec, json.dumps(raw))
     return out
 
 
@@ -225,7 +225,7 @@ class SimRobot:
         self._pending: deque[tuple[float, str, Any]] = deque()  # (apply at, kind, message)
         self._outbox: list[tuple[float, int, Any, Any]] = []  # stream jitter: (send at, order, publisher, message)
         self._order = itertools.count()
-        self._last_due: dict[str, float] = {}  # stream -> when its newest message goes out
+        self._last_due: dict[str, float] = {}  # topic -> when its newest message goes out
         self._twist = np.zeros(3)
         self.hold_reason: str | None = None
         self._status = ""
