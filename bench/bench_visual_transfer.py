@@ -1,19 +1,27 @@
-"""Held-out visual suite (issue #27): camera policies on scenes *outside* what the visual preset draws.
+"""Visual transfer (issues #27, #54): camera policies on scenes *outside* what the visual preset draws.
 
-Each cell pins RandomizationConfig fields (`SHIFTS`, all here, each outside configs/randomization/visual.yaml's
-range: tests/sim/test_visual_suite.py checks it) on top of the nominal scene; the checkpoint's own training
-randomisation is dropped, only what shapes its observation kept (`nominal`). Every cell runs the same episode seeds,
+Two sets of cells beside the nominal scene. The validation suite, fixed: each cell pins RandomizationConfig fields
+(`SHIFTS`, all here, each outside configs/randomization/visual.yaml's range: tests/sim/test_visual_suite.py checks
+it); what it shows was looked at while developing, so it is no test set. The fresh test set: `--cells` cells drawn at
+run time from `--cells-seed` (default: drawn now and printed), every factor outside the training ranges at once
+(`robot_rl.sim.cells`, the cells `robot-rl sim-robot --cell random:SEED` serves; in-process, with the sizes of their
+camera moves fixed and the directions drawn per episode, and without their latency and stream jitter). And per
+camera, the nominal scene with that camera's frames blanked: how much the policy leans on it. The checkpoint's own
+training randomisation is dropped, only what shapes its observation kept (`nominal`). Every cell runs the same
+episode seeds,
 and the visual draws never touch the physics draws (sim/randomization.py), so the object starts where it does in the
 nominal cell. The scripted expert runs every cell as a control row (on the policy's late view for the stale frame):
 where it fails, the cell is not solvable as posed. Cells report success with a Wilson 95 % CI and kept = shifted /
 nominal success of the same policy with a bootstrap 95 % CI.
 
 Run: `.venv/bin/python bench/bench_visual_transfer.py [--checkpoint RUN_OR_CKPT ...] [--seeds 2] [--episodes 40]
-[--preset visual] [--minutes 15] [--set KEY=VALUE ...] [--quick]`; also `bench/run.py --only visual_transfer`.
+[--preset visual] [--minutes 15] [--set KEY=VALUE ...] [--cells 5] [--cells-seed S] [--quick]`; also
+`bench/run.py --only visual_transfer`.
 Without checkpoints it trains `obs=pixels env.for_robot=sim` PickCube runs with the preset, one per seed, side by
 side for `--minutes` of wall clock (#27's acceptance 1: two seeds, 15 minutes, this 2-core box), then runs the suite
 on them; `--set` passes an override to their `train` (a learner variant: `--set sac.utd=1`). `--quick`: the expert
-alone, 2 episodes a cell (a smoke run, seconds). Writes `bench/results/visual_transfer.json` and `.md`.
+alone, 2 episodes a cell, 2 fresh cells (a smoke run). Writes `bench/results/visual_transfer.json` and `.md`; every
+fresh row holds its cell (`drawn`) and the cells seed.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -33,7 +42,8 @@ from common import kept_ci, wilson
 
 HERE = Path(__file__).resolve().parent
 SEED = 2_000_000  # first episode seed, as `robot-rl eval` and `robot-rl deploy` use
-# Field -> value of each held-out cell; `visual` entries are VisualConfig fields. After each: the preset's range.
+# The validation suite: field -> value of each cell; `visual` entries are VisualConfig fields. After each: the
+# preset's range.
 SHIFTS: dict[str, dict] = {
     "front camera moved 5 cm": {"visual": {"camera_shift": (0.05, 0.05)}},  # 0 .. 3 cm
     "wrist camera moved 2 cm": {"visual": {"hand_camera_shift": (0.02, 0.02)}},  # 0 .. 1.5 cm
@@ -89,11 +99,12 @@ def train(runs: list[Path], preset: str, threads: int, minutes: float, overrides
     return [{k: json.loads((r / "summary.json").read_text())[k] for k in keys} for r in runs]
 
 
-def cell(env_cfg, policy_for, episodes: int) -> list[bool]:
+def cell(env_cfg, policy_for, episodes: int, blank: tuple[str, ...] = ()) -> list[bool]:
     from robot_rl.envs import make_env
-    from robot_rl.evaluation import rollout
+    from robot_rl.evaluation import BlankCameras, rollout
 
     env = make_env(env_cfg)
+    env = BlankCameras(env, blank) if blank else env
     try:
         policy = policy_for(env)
         return [rollout(env, policy, SEED + ep).success for ep in range(episodes)]
@@ -101,9 +112,26 @@ def cell(env_cfg, policy_for, episodes: int) -> list[bool]:
         env.close()
 
 
-def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = False) -> list[dict]:
-    """Every cell (or, for the stale-view expert, `STALE_VIEW_SHIFTS`) of one checkpoint or, with None, the expert
-    on a camera env (it reads the simulator, but the shifted scenes are rendered all the same)."""
+def cells(base, fresh: list[tuple[str, dict]], stale_view: bool) -> list[tuple[str, str, object, tuple[str, ...]]]:
+    """(suite, shift, randomization, blanked cameras) of every cell for a policy trained with `base` (an EnvConfig):
+    nominal, each camera blanked, the validation suite, the fresh cells; for the stale-view expert, nominal and
+    `STALE_VIEW_SHIFTS`."""
+    from robot_rl.sim.cells import cell_randomization
+
+    nominal = randomization(base.randomization, {})
+    validation = [("validation", s, randomization(base.randomization, f), ()) for s, f in SHIFTS.items()]
+    if stale_view:
+        return [("nominal", "nominal", nominal, ()), *(c for c in validation if c[1] in STALE_VIEW_SHIFTS)]
+    return [("nominal", "nominal", nominal, ()),
+            *(("blanked", f"blanked {c}", nominal, (c,)) for c in base.cameras),
+            *validation,
+            *(("fresh", spec, cell_randomization(c, base.randomization), ()) for spec, c in fresh)]  # fmt: skip
+
+
+def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = False,
+            fresh: list[tuple[str, dict]] = (), cells_seed: int | None = None) -> list[dict]:  # fmt: skip
+    """Every cell (`cells`) of one checkpoint or, with None, the expert on a camera env (it reads the simulator, but
+    the shifted scenes are rendered all the same)."""
     from robot_rl.checkpoint import Checkpoint
     from robot_rl.sim import EnvConfig, ExpertPolicy
 
@@ -113,20 +141,19 @@ def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = Fals
         checkpoint = Checkpoint(ckpt)
         policy, cfg = checkpoint.policy(), checkpoint.cfg
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
-    rows, at_nominal = [], []
-    for shift, fields in {"nominal": {}, **SHIFTS}.items():
-        if stale_view and shift != "nominal" and shift not in STALE_VIEW_SHIFTS:
-            continue
-        env_cfg = dataclasses.replace(base, randomization=randomization(base.randomization, fields))
-        got = cell(env_cfg, policy_for, episodes)
+    rows, at_nominal, drawn = [], [], dict(fresh)
+    for suite, shift, rand, blank in cells(base, list(fresh), stale_view):
+        got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes, blank)
         at_nominal = at_nominal or got
         k = sum(got)
         lo, hi = wilson(k, episodes)
         klo, khi = kept_ci(at_nominal, got)
         kept = np.mean(got) / max(np.mean(at_nominal), 1e-9)
-        rows.append({"bench": f"{name} {shift}", "policy": name, "shift": shift, "episodes": episodes,
+        rows.append({"bench": f"{name} {shift}", "policy": name, "suite": suite, "shift": shift, "episodes": episodes,
                      "success": k / episodes, "ci_lo": lo, "ci_hi": hi, "kept": float(kept), "kept_ci_lo": klo,
                      "kept_ci_hi": khi, "per_episode": per_episode(got, SEED)})  # fmt: skip
+        if suite == "fresh":
+            rows[-1] |= {"cells_seed": cells_seed, "drawn": drawn[shift]}
         print(f"  {name} {shift}: {k}/{episodes} kept {kept:.2f} [{klo:.2f}, {khi:.2f}]", file=sys.stderr, flush=True)
     return rows
 
@@ -135,16 +162,17 @@ def to_markdown(rows: list[dict]) -> str:
     policies = list(dict.fromkeys(r["policy"] for r in rows if "policy" in r))
     cells = {(r["policy"], r["shift"]): r for r in rows if "policy" in r}
     trained = {r["bench"].removesuffix(" training"): r for r in rows if "policy" not in r}
-    out = ["success [95 % CI] / kept [95 % CI]", "", "| shift | " + " | ".join(policies) + " |",
-           "|---" * (len(policies) + 1) + "|"]  # fmt: skip
+    seeds = {r["cells_seed"] for r in rows if "cells_seed" in r}
+    out = ["success [95 % CI] / kept [95 % CI]" + "".join(f"; fresh cells seed {s}" for s in seeds), "",
+           "| suite | shift | " + " | ".join(policies) + " |", "|---" * (len(policies) + 2) + "|"]  # fmt: skip
     if trained:
         line = [
             f"{trained[p]['env_steps']} / {trained[p]['final_success_rate']:.2f}" if p in trained else ""
             for p in policies
         ]
-        out.append("| env steps trained / final nominal | " + " | ".join(line) + " |")
-    for shift in ("nominal", *SHIFTS):
-        line = [shift]
+        out.append("| | env steps trained / final nominal | " + " | ".join(line) + " |")
+    for suite, shift in dict.fromkeys((r["suite"], r["shift"]) for r in rows if "policy" in r):
+        line = [suite, shift]
         for p in policies:
             r = cells.get((p, shift))
             line.append("" if r is None else f"{r['success']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] / "
@@ -155,13 +183,22 @@ def to_markdown(rows: list[dict]) -> str:
 
 def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
          preset: str = "visual", minutes: float = 15.0, threads: int = 0,
-         out: Path | None = None, expert: bool = True, overrides: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
+         out: Path | None = None, expert: bool = True, overrides: tuple[str, ...] = (), cells: int = 5,
+         cells_seed: int | None = None) -> list[dict]:  # fmt: skip
     """The expert rows (unless not `expert`) and one column per checkpoint; without checkpoints (and not `quick`),
-    `seeds` runs trained with `preset` (and `overrides`) first."""
+    `seeds` runs trained with `preset` (and `overrides`) first. `cells` fresh cells from `cells_seed` (None: drawn
+    now; `quick`: 2 cells)."""
+    from robot_rl.sim.cells import draw_cells
+
     episodes = episodes or (2 if quick else 40)
+    cells_seed = secrets.randbelow(2**31) if cells_seed is None else cells_seed
+    fresh = draw_cells(2 if quick else cells, cells_seed)
+    print(f"[bench] visual_transfer: fresh cells seed {cells_seed} (--cells-seed {cells_seed} reruns them): "
+          f"{[spec for spec, _ in fresh]}", file=sys.stderr, flush=True)  # fmt: skip
     rows, trained = [], []
     if expert:
-        rows = measure("expert", None, episodes) + measure("expert, stale view", None, episodes, stale_view=True)
+        rows = measure("expert", None, episodes, fresh=fresh, cells_seed=cells_seed)
+        rows += measure("expert, stale view", None, episodes, stale_view=True)
     with tempfile.TemporaryDirectory(prefix="visual_transfer_") as tmp:
         runs = list(checkpoints)
         if not runs and not quick:
@@ -171,11 +208,13 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
         rows += [{"bench": f"{preset} s{t['seed']} training", **t} for t in trained]
         for i, ckpt in enumerate(runs):
             name = f"{preset} s{i}" if not checkpoints else f"{Path(ckpt).name}"
-            rows += measure(name, Path(ckpt), episodes)
+            rows += measure(name, Path(ckpt), episodes, fresh=fresh, cells_seed=cells_seed)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         doc = {
             "shifts": SHIFTS,
+            "cells_seed": cells_seed,
+            "fresh_cells": dict(fresh),
             "checkpoints": [str(c) for c in checkpoints],
             "trained": trained,
             "overrides": list(overrides),
@@ -197,9 +236,10 @@ if __name__ == "__main__":
     p.add_argument("--minutes", type=float, default=15.0, help="wall clock of each training run (side by side)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of each run (0: the cores split)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for the training runs")
+    p.add_argument("--cells", type=int, default=5, help="fresh cells drawn at run time (--quick: 2)")
+    p.add_argument("--cells-seed", type=int, default=None, help="the fresh cells' seed (default: drawn now, printed)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
-    result = main(
-        a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out, overrides=tuple(a.set)
-    )
+    result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out,
+                  overrides=tuple(a.set), cells=a.cells, cells_seed=a.cells_seed)  # fmt: skip
     print(to_markdown(result))

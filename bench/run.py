@@ -34,7 +34,9 @@ def to_markdown(results: dict[str, list[dict]]) -> str:
     lines = ["| area | bench | measurements |", "|---|---|---|"]
     for area, rows in results.items():
         for r in rows:
-            vals = ", ".join(f"{k}={fmt(v)}" for k, v in r.items() if k not in ("bench", "per_episode", "curve"))
+            # `drawn`: a fresh cell's values (visual_transfer), in the run file only
+            hidden = ("bench", "per_episode", "curve", "drawn")
+            vals = ", ".join(f"{k}={fmt(v)}" for k, v in r.items() if k not in hidden)
             lines.append(f"| {area} | {r['bench']} | {vals} |")
     return "\n".join(lines)
 

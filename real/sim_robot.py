@@ -18,8 +18,11 @@ as a Franka's reflex stops it.
 A stand-in real cell (`--cell standin`, or `--cell my_cell.yaml` with the same keys): one named set of fixed shifts
 that none of the training saw, its values all in `CELLS`: the front camera moved and turned (fixed, as a camera
 mounted elsewhere; `camera_shift` / `camera_turn`), lights, colours (the visual randomiser's fields pinned to one
-value), friction and mass, command latency. Explicit flags (`--latency`, `--friction`, ...) override the cell's.
-The simulated operator still watches through its own eyes: the cube pose and success topics are the sim's.
+value), friction and mass, command latency. `--cell random:SEED` draws one with every factor outside the training
+ranges (`robot_rl.sim.cells.draw_cell`: both cameras' poses and fields of view, the image pipeline, physics, latency
+and `stream_jitter_s`, state and frames published late by a random wait). Explicit flags (`--latency`,
+`--friction`, ...) override the cell's. The simulated operator still watches through its own eyes: the cube pose
+and success topics are the sim's.
 
 Robot-side safety, independent of the policy side: non-finite commands are ignored; no Cartesian command for
 `command_timeout_s` after the first one (policy process died, network down) or an e-stop freezes the target at the
@@ -38,6 +41,9 @@ with its original stamp, so a late subscriber sees it and it can never be mistak
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
+import json
 import logging
 import threading
 import time
@@ -56,6 +62,7 @@ from robot_rl.real.config import RobotConfig
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
+from robot_rl.sim.cells import draw_cell
 from robot_rl.sim.config import EnvConfig, RandomizationConfig, VisualConfig
 from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
 
@@ -70,7 +77,7 @@ CELLS: dict[str, dict[str, Any]] = {
     "standin": {
         "latency_s": 0.03,  # a driver's command path; training had none
         "camera_shift": {"front": (0.0, -0.03, 0.02)},  # 3.6 cm (preset: 0 .. 3 cm)
-        "camera_turn": {"front": (0.0, 0.0, 0.05)},  # rad, about the world's z
+        "camera_turn": {"front": (0.0, 0.0, 0.1)},  # rad, about the world's z (preset: 0 .. 0.08 rad)
         "randomization": {
             "friction_scale": (0.7, 0.7),
             "mass_scale": (1.4, 1.4),
@@ -82,20 +89,27 @@ CELLS: dict[str, dict[str, Any]] = {
         },
     },
 }
-_CELL_KEYS = ("latency_s", "noise_std", "camera_shift", "camera_turn", "randomization")
+_CELL_KEYS = ("latency_s", "noise_std", "stream_jitter_s", "camera_shift", "camera_turn", "camera_fovy",
+              "randomization")  # fmt: skip
 
 
 def load_cell(spec: str) -> dict[str, Any]:
-    """`SimRobotConfig` fields of a cell: a name in `CELLS` or a yaml file with the same keys."""
+    """`SimRobotConfig` fields of a cell: a name in `CELLS`, `random:SEED` (drawn: `draw_cell`) or a yaml file with
+    the same keys. Logs the cell's values in one line."""
     if spec in CELLS:
         raw = CELLS[spec]
+    elif spec.startswith("random:"):
+        try:
+            raw = draw_cell(int(spec.removeprefix("random:")))
+        except ValueError:
+            raise ConfigError(f"--cell {spec}: expected random:SEED, SEED an integer") from None
     elif spec.endswith((".yaml", ".yml")):
         try:
             raw = yaml.safe_load(open(spec).read()) or {}
         except OSError as e:
             raise ConfigError(f"--cell {spec}: {e.strerror}") from None
     else:
-        raise ConfigError(f"--cell {spec}: neither a cell ({', '.join(CELLS)}) nor a .yaml file")
+        raise ConfigError(f"--cell {spec}: neither a cell ({', '.join(CELLS)}), random:SEED nor a .yaml file")
     if bad := set(raw) - set(_CELL_KEYS):
         raise ConfigError(f"--cell {spec}: unknown keys {sorted(bad)}; a cell has {list(_CELL_KEYS)}")
     out = {k: v for k, v in raw.items() if k != "randomization"}
@@ -109,6 +123,8 @@ def load_cell(spec: str) -> dict[str, Any]:
         out[key] = {cam: tuple(float(x) for x in v) for cam, v in (raw.get(key) or {}).items()}
         if any(len(v) != 3 for v in out[key].values()):
             raise ConfigError(f"--cell {spec}: {key}: three values per camera")
+    out["camera_fovy"] = {cam: float(v) for cam, v in (raw.get("camera_fovy") or {}).items()}
+    log.info("cell %s: %s", spec, json.dumps(raw))
     return out
 
 
@@ -117,6 +133,10 @@ class SimRobotConfig:
     task: str = "PickCube"
     physics_hz: float = 100.0  # loop rate: commands are picked up and state published once per tick
     latency_s: float = 0.0  # a command takes effect this long after it arrived
+    # Real time: each state and camera message goes out at the first tick after a fresh uniform wait of up to this
+    # long past its stamp (never overtaking its topic's previous one), as a driver's and a camera's pipelines deliver
+    # them late by varying amounts. Lockstep: none (the policy side waits for each state anyway).
+    stream_jitter_s: float = 0.0
     noise_std: float = 0.0  # metres of Gaussian noise on the published TCP and object positions
     command_timeout_s: float = 0.25  # robot-side watchdog on the Cartesian command stream
     cameras: tuple[str, ...] = ()  # render and publish these model cameras (topic from the robot config)
@@ -130,6 +150,7 @@ class SimRobotConfig:
     # world for `front`), and a rotation vector (rad) in that frame.
     camera_shift: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     camera_turn: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    camera_fovy: dict[str, float] = field(default_factory=dict)  # degrees added to a camera's field of view
     arm: str = "osc"  # the env's arm: osc (Cartesian impedance, force-limited) | mocap (sim/envs.py EnvConfig.arm)
 
 
@@ -148,6 +169,7 @@ class SimRobot:
         )  # fmt: skip
         u = self.env.unwrapped
         self.model, self.data = u.model, u.data
+        self._fovy = self.model.cam_fovy.copy()  # the randomiser restores fields of view only when it draws them
         self._tcp_site = self.model.site("tcp").id
         self._object = self.model.body("cube" if cfg.task == "PickCube" else "peg").id
         # An insertion's fixture, the hole's top: a person at the cell sees it (the simulated operator's eyes).
@@ -201,6 +223,9 @@ class SimRobot:
         self._last_msgs: dict[str, tuple[Any, Any]] = {}  # publisher key -> (publisher, newest message)
         self._last_publish = 0.0
         self._pending: deque[tuple[float, str, Any]] = deque()  # (apply at, kind, message)
+        self._outbox: list[tuple[float, int, Any, Any]] = []  # stream jitter: (send at, order, publisher, message)
+        self._order = itertools.count()
+        self._last_due: dict[str, float] = {}  # topic -> when its newest message goes out
         self._twist = np.zeros(3)
         self.hold_reason: str | None = None
         self._status = ""
@@ -214,6 +239,7 @@ class SimRobot:
         return self.data.site_xpos[self._tcp_site].copy()
 
     def _reset_scene(self, seed: int) -> None:
+        self.model.cam_fovy[:] = self._fovy
         _, info = self.env.reset(seed=seed)
         self._move_cameras()
         self._success = bool(info["success"])
@@ -221,6 +247,8 @@ class SimRobot:
         self._gripper = 1.0
         self._twist[:] = 0.0
         self._pending.clear()
+        self._outbox.clear()  # the old scene's late messages are dropped: the new one is published at once
+        self._last_due.clear()
         self.watchdog.reset()
         self.hold_reason = None
         self._reset_time = time.time()
@@ -235,6 +263,8 @@ class SimRobot:
             if angle > 0.0:
                 mujoco.mju_axisAngle2Quat(dq, np.asarray(turn) / angle, angle)
                 mujoco.mju_mulQuat(m.cam_quat[i], dq, m.cam_quat[i].copy())
+        for name, degrees in self.cfg.camera_fovy.items():
+            m.cam_fovy[m.camera(name).id] += degrees
 
     def _hold(self, reason: str) -> None:
         """Freeze the target where the TCP is now: the arm stops within this tick, whatever was commanded."""
@@ -262,7 +292,7 @@ class SimRobot:
                 log.warning("reset %d ignored: the e-stop is pressed", int(m.data))
             else:
                 self._reset_scene(int(m.data))
-                self._publish_state(time.time())
+                self._publish_state(time.time(), jitter=False)
             self._pubs["reset_done"].publish(msgs.scalar(msgs.INT64, int(m.data)))
         if pressed:  # held while pressed, through reset requests too
             self.watchdog.trip("estop")
@@ -285,7 +315,24 @@ class SimRobot:
                 if np.isfinite(lin).all():
                     self._twist = lin
 
-    def _publish_state(self, stamp: float) -> None:
+    def _send(self, key: str, pub: Any, m: Any, stamp: float, jitter: bool) -> None:
+        """Publish `m` on topic `key` now or, with stream jitter, a fresh random wait after `stamp` (each topic its own
+        pipeline, never overtaking its previous message)."""
+        self._last_msgs[key] = (pub, m)
+        if not jitter or self.cfg.stream_jitter_s <= 0.0 or self.cfg.lockstep:
+            pub.publish(m)
+            return
+        due = max(stamp + self.rng.uniform(0.0, self.cfg.stream_jitter_s), self._last_due.get(key, 0.0))
+        self._last_due[key] = due
+        heapq.heappush(self._outbox, (due, next(self._order), pub, m))
+
+    def _flush(self, now: float) -> None:
+        """Stream jitter: the messages whose wait is over."""
+        while self._outbox and self._outbox[0][0] <= now:
+            _, _, pub, m = heapq.heappop(self._outbox)
+            pub.publish(m)
+
+    def _publish_state(self, stamp: float, jitter: bool = True) -> None:
         d, r = self.data, self.robot
         render = self._renderer is not None and (self.cfg.lockstep or stamp >= self._next_frame)
         tcp = self.tcp() + self.rng.normal(0.0, self.cfg.noise_std, 3) * (self.cfg.noise_std > 0)
@@ -304,14 +351,11 @@ class SimRobot:
             out["fixture"] = msgs.pose_stamped(d.site_xpos[self._fixture], np.array([1.0, 0.0, 0.0, 0.0]), stamp,
                                                r.base_frame)  # fmt: skip
         for key, m in out.items():
-            self._pubs[key].publish(m)
-            self._last_msgs[key] = (self._pubs[key], m)
+            self._send(key, self._pubs[key], m, stamp, jitter)
         if render:
             self._next_frame = stamp + 1.0 / self.cfg.camera_hz
             for name, img in self._renderer.render(d).items():
-                m = msgs.image_msg(img, stamp, name)
-                self._cam_pubs[name].publish(m)
-                self._last_msgs[f"camera:{name}"] = (self._cam_pubs[name], m)
+                self._send(f"camera:{name}", self._cam_pubs[name], msgs.image_msg(img, stamp, name), stamp, jitter)
         self._last_publish = time.monotonic()
 
     def _republish(self) -> None:
@@ -354,6 +398,7 @@ class SimRobot:
         self._physics_tick(now)
         stamp = time.time()
         self._publish_state(stamp)
+        self._flush(stamp)
         self._publish_status(stamp)
 
     def lockstep_tick(self, gripper_wait_s: float = 0.02) -> bool:

@@ -29,11 +29,13 @@ class VisualConfig:
     scene. Checked when built, so a bad range fails at load, naming the key."""
 
     # Lights: a factor on every light (headlight and the scene's top light), the top light's tilt from vertical
-    # (rad, random azimuth), +- on each channel of their colour, how many extra spot lights (at most 2:
-    # sim/assets/visual.xml) shine from random directions, and the chance the top light casts shadows.
+    # (rad, random azimuth), +- on each channel of their colour (around `light_tint`, a fixed per-channel factor: a
+    # held-out cell's warmer light), how many extra spot lights (at most 2: sim/assets/visual.xml) shine from random
+    # directions, and the chance the top light casts shadows.
     light_intensity: tuple[float, float] = (1.0, 1.0)
     light_tilt: tuple[float, float] = (0.0, 0.0)
     light_color: float = 0.0
+    light_tint: tuple[float, ...] = ()
     extra_lights: tuple[int, int] = (0, 0)
     shadow_prob: float = 0.0
     # Colours, +- on each RGB channel around a centre: the shown colour, or `*_rgb` when given (a held-out cell's
@@ -62,11 +64,13 @@ class VisualConfig:
     # Visual-only shapes (at most 3) in random colours standing on the table beside the object's start region.
     distractors: tuple[int, int] = (0, 0)
     # The camera pipeline on each frame, in a camera's order: Gaussian blur (sigma in pixels), exposure (a gain),
-    # white balance (+- gain per channel), sensor noise (sigma on 0..255, fresh per frame), and with `jpeg_prob`
-    # JPEG at a quality in `jpeg_quality`. Levels are drawn per episode.
+    # white balance (+- gain per channel, around `white_tint`, a fixed per-channel gain: a held-out camera's own),
+    # sensor noise (sigma on 0..255, fresh per frame), and with `jpeg_prob` JPEG at a quality in `jpeg_quality`.
+    # Levels are drawn per episode.
     blur_sigma: tuple[float, float] = (0.0, 0.0)
     exposure: tuple[float, float] = (1.0, 1.0)
     white_balance: float = 0.0
+    white_tint: tuple[float, ...] = ()
     noise_std: tuple[float, float] = (0.0, 0.0)
     jpeg_prob: float = 0.0
     jpeg_quality: tuple[int, int] = (90, 90)
@@ -80,6 +84,8 @@ class VisualConfig:
                     if isinstance(v, tuple) and len(v) == 2 and not k.endswith("_rgb") and v[0] > v[1]]  # fmt: skip
         problems += [f"{k}={list(v)}: expected 3 values in [0, 1]" for k, v in vars(self).items()
                      if k.endswith("_rgb") and v and (len(v) != 3 or not all(0.0 <= c <= 1.0 for c in v))]  # fmt: skip
+        problems += [f"{k}={list(v)}: expected 3 gains in (0, 2]" for k in ("light_tint", "white_tint")
+                     if (v := getattr(self, k)) and (len(v) != 3 or not all(0.0 < g <= 2.0 for g in v))]  # fmt: skip
         problems += [f"{k}={getattr(self, k)}: expected a probability" for k in ("shadow_prob", "texture_prob",
                      "jpeg_prob") if not 0.0 <= getattr(self, k) <= 1.0]  # fmt: skip
         for k, most in (("extra_lights", 2), ("distractors", 3)):

@@ -204,7 +204,8 @@ class VisualRandomizer:
         if cfg == VisualConfig():
             return
         rng = rng.spawn(1)[0]
-        if cfg.light_intensity != (1.0, 1.0) or cfg.light_tilt != (0.0, 0.0) or cfg.light_color > 0.0:
+        if (cfg.light_intensity != (1.0, 1.0) or cfg.light_tilt != (0.0, 0.0) or cfg.light_color > 0.0
+                or cfg.light_tint):  # fmt: skip
             self._light(rng)
         if cfg.extra_lights[1] > 0:
             self._extra_lights(rng)
@@ -221,9 +222,10 @@ class VisualRandomizer:
             self._cameras(rng)
         if cfg.distractors[1] > 0:
             self._place_distractors(rng)
-        if (cfg.blur_sigma[1] > 0.0 or cfg.exposure != (1.0, 1.0) or cfg.white_balance > 0.0
+        if (cfg.blur_sigma[1] > 0.0 or cfg.exposure != (1.0, 1.0) or cfg.white_balance > 0.0 or cfg.white_tint
                 or cfg.noise_std[1] > 0.0 or cfg.jpeg_prob > 0.0):  # fmt: skip
             gain = rng.uniform(*cfg.exposure) * rng.uniform(1.0 - cfg.white_balance, 1.0 + cfg.white_balance, 3)
+            gain *= np.asarray(cfg.white_tint or (1.0, 1.0, 1.0))
             jpeg = int(rng.integers(cfg.jpeg_quality[0], cfg.jpeg_quality[1] + 1))
             jpeg = jpeg if rng.random() < cfg.jpeg_prob else 0
             self._pipe = (rng.uniform(*cfg.blur_sigma), gain.astype(np.float32), rng.uniform(*cfg.noise_std), jpeg)
@@ -250,6 +252,7 @@ class VisualRandomizer:
         """Brightness, colour and the top light's direction; the headlight follows the brightness and colour."""
         cfg, m, li = self.cfg, self.model, self._lights
         scale = rng.uniform(*cfg.light_intensity) * rng.uniform(1.0 - cfg.light_color, 1.0 + cfg.light_color, 3)
+        scale *= np.asarray(cfg.light_tint or (1.0, 1.0, 1.0))
         m.light_diffuse[li] = self._light_diffuse[li] * scale
         m.light_ambient[li] = self._light_ambient[li] * scale
         m.vis.headlight.ambient[:] = self._head[0] * scale

@@ -31,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="lockstep: the policy's control rate (default: the robot config's control_hz)",
     )
     p.add_argument("--cell", default="",
-                   help=f"a stand-in real cell: {' | '.join(CELLS)} or a yaml with the same keys (see CELLS); the"
-                        " flags below override its values")  # fmt: skip
+                   help=f"a stand-in real cell: {' | '.join(CELLS)}, random:SEED (every factor drawn outside the"
+                        " training ranges) or a yaml with the same keys (see CELLS); the flags below override its"
+                        " values")  # fmt: skip
     p.add_argument("--latency", type=float, default=None,
                    help="seconds between a command arriving and acting; 0.1 is one control period of a 10 Hz policy,"
                         " what `randomization.action_latency=1` models in training")  # fmt: skip

@@ -124,3 +124,21 @@ def test_camera_pipeline_acts_on_every_frame_and_repeats_with_the_seed() -> None
     assert np.abs(np.diff(blurred, axis=1)).mean() < 0.8 * np.abs(np.diff(clean, axis=1)).mean()
     jpeg = env(jpeg_prob=1.0, jpeg_quality=(20, 20)).reset(seed=1)[0]["front"].astype(float)
     assert 1.0 < np.abs(jpeg - clean).mean() < 12.0  # blocks and ringing, the same scene
+
+
+@needs_gl
+def test_tints_colour_the_lights_and_the_camera() -> None:
+    """`light_tint` and `white_tint` (a drawn cell's warmer light, its camera's white balance) are fixed gains."""
+
+    def front(**visual: object) -> np.ndarray:
+        rand = RandomizationConfig(visual=VisualConfig(**visual))
+        env = make_env(EnvConfig(obs="pixels", cameras=("front",), randomization=rand), seed=0)
+        return env.reset(seed=1)[0]["front"].reshape(-1, 3).astype(float).mean(0)
+
+    clean = front()
+    white = front(white_tint=(1.0, 1.0, 0.5))
+    assert np.allclose(white[:2], clean[:2], atol=0.6) and abs(white[2] - 0.5 * clean[2]) < 1.0
+    light = front(light_tint=(1.0, 1.0, 0.5))
+    assert np.allclose(light[:2], clean[:2], atol=3.0) and light[2] < 0.85 * clean[2]
+    with pytest.raises(ConfigError, match="light_tint"):
+        VisualConfig(light_tint=(1.0, 1.0))

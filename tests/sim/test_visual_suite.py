@@ -1,10 +1,11 @@
-"""The held-out visual suite (bench/bench_visual_transfer.py): every cell lies outside what the visual preset draws,
-and the suite runs end to end."""
+"""The visual validation suite (bench/bench_visual_transfer.py): every cell lies outside what the visual preset
+draws, and the bench runs end to end, fresh cells and blanked cameras included."""
 
 from __future__ import annotations
 
 import colorsys
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig
+from robot_rl.sim.cells import draw_cell, draw_cells
 from robot_rl.sim.rendering import gl_available
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -62,9 +64,14 @@ def test_every_cell_lies_outside_the_visual_preset() -> None:
 @pytest.mark.skipif(not gl_available(), reason="no headless OpenGL backend (EGL or OSMesa) works here")
 def test_quick_suite_runs_the_expert_through_every_cell(tmp_path: Path) -> None:
     suite = _suite()
-    rows = suite.main(quick=True, out=tmp_path)
+    rows = suite.main(quick=True, out=tmp_path, cells_seed=5)
     expert = [r for r in rows if r["policy"] == "expert"]
-    assert [r["shift"] for r in expert] == ["nominal", *suite.SHIFTS]
-    assert all(r["success"] == 1.0 and r["kept"] == 1.0 for r in expert)  # visual cells leave the physics alone
+    fresh = [spec for spec, _ in draw_cells(2, 5)]
+    assert [r["shift"] for r in expert] == ["nominal", "blanked front", "blanked wrist", *suite.SHIFTS, *fresh]
+    assert all(r["success"] == 1.0 for r in expert)  # it reads the simulator: the cells are solvable as posed
+    assert all(r["kept"] == 1.0 for r in expert if r["suite"] != "fresh")  # visual cells leave the physics alone
     assert [r["shift"] for r in rows if r["policy"] == "expert, stale view"] == ["nominal", "stale frame"]
-    assert "| green table |" in (tmp_path / "visual_transfer.md").read_text()
+    assert all(r["cells_seed"] == 5 and r["drawn"] == draw_cell(int(r["shift"][7:])) for r in expert[-2:])
+    assert "| validation | green table |" in (tmp_path / "visual_transfer.md").read_text()
+    doc = json.loads((tmp_path / "visual_transfer.json").read_text())
+    assert doc["cells_seed"] == 5 and list(doc["fresh_cells"]) == fresh
