@@ -77,8 +77,9 @@ def wrench_stamped(force: np.ndarray, torque: np.ndarray, stamp: float, frame_id
     return _t(WRENCH)(header=header_at(stamp, frame_id), wrench=wrench)
 
 
-def force_of(msg: Any) -> np.ndarray:
-    return _array3(msg.wrench.force)
+def wrench_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(force (3,), torque (3,)) in the message's own frame."""
+    return _array3(msg.wrench.force), _array3(msg.wrench.torque)
 
 
 def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:
