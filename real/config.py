@@ -20,6 +20,7 @@ ROBOTS = ("sim", "franka", "ur5e")
 COMMAND_TYPES = ("pose", "twist")
 RESET_MODES = ("topic", "home", "human")
 SCENE_RESETS = ("operator", "topic")
+WRENCH_FRAMES = ("base", "tcp")
 
 
 @dataclass
@@ -66,11 +67,16 @@ class RobotConfig:
     # The success topic is an event (an operator button that publishes True only when pressed): a True received
     # since the episode's reset is success, and its silence is never stale.
     success_event: bool = False
-    # geometry_msgs/WrenchStamped, the force the world exerts on the hand in the base frame (a policy trained with
-    # `randomization.observe_force` reads it); "" => none. `wrench_sign` -1 flips a driver that reports the hand's
-    # force on the world instead: pressing the gripper down on the table must read +z (docs/ros2_interface.md).
+    # geometry_msgs/WrenchStamped, the force the world exerts on the hand, observed in the base frame (a policy
+    # trained with `randomization.observe_force` reads it); "" => none. `wrench_sign` -1 flips a driver that reports
+    # the hand's force on the world instead: pressing the gripper down on the table must read +z
+    # (docs/ros2_interface.md).
     wrench_topic: str = "ee_wrench"
     wrench_sign: float = 1.0
+    # The frame the wrench's force and torque are expressed in: base (`base_frame`: franka_ros2's
+    # external_wrench_in_base_frame, the sim robot) | tcp (`ee_frame`, turning with the hand: the UR driver's
+    # tool0_controller), rotated into the base frame by the TCP orientation measured nearest the wrench's stamp.
+    wrench_frame: str = "base"
     # Commands out: pose => geometry_msgs/PoseStamped target (Cartesian impedance, Franka style);
     # twist => geometry_msgs/TwistStamped (servo, UR style). Gripper: std_msgs/Float64 opening, 0 closed .. 1 open.
     command_type: str = "pose"
@@ -80,10 +86,14 @@ class RobotConfig:
     reset_topic: str = "reset"  # std_msgs/Int64 seed, for reset=topic
     reset_done_topic: str = "reset_done"  # std_msgs/Int64 echo of the seed
     status_topic: str = "robot_status"  # std_msgs/String from the robot side: "ok" or "hold: <reason>"
+    # The frame_id the first pose (TCP, object) and wrench message must carry, or the run stops (the frames would
+    # be mixed up silently); an empty frame_id passes, as many stand-ins and trackers leave it unset.
     base_frame: str = "base"
-    ee_frame: str = "tcp"
+    ee_frame: str = "tcp"  # the TCP frame `ee_pose_topic` measures, and a wrench_frame=tcp wrench's frame
     joint_names: list[str] = field(default_factory=list)
     gripper_joints: list[str] = field(default_factory=list)  # finger joints whose positions add up to the gap
+    # A robot may split /joint_states across publishers, each with its own joints (a UR arm and a Robotiq gripper
+    # launched apart): each joint is read from the newest message that carried it and is stale on its own.
     # The gripper's opening (0 closed .. 1 open) is (sum of gripper_joints - gripper_closed) / (gripper_max_width -
     # gripper_closed): fingers in metres (Franka, the sim: 0 .. 0.08), or a knuckle angle that grows as it closes
     # (Robotiq 2F-85: gripper_closed 0.8 rad, gripper_max_width 0.0).
@@ -159,6 +169,8 @@ def check_robot_config(cfg: RobotConfig) -> None:
             raise ValueError(f"camera {cam.name}: crop must be [top, left, height, width], got {cam.crop}")
     if cfg.reset not in RESET_MODES:
         raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
+    if cfg.wrench_frame not in WRENCH_FRAMES:
+        raise ValueError(f"wrench_frame must be one of {WRENCH_FRAMES}, got {cfg.wrench_frame!r}")
     if cfg.scene_reset not in SCENE_RESETS:
         raise ValueError(f"scene_reset must be one of {SCENE_RESETS}, got {cfg.scene_reset!r}")
     if cfg.gripper_max_width == cfg.gripper_closed:

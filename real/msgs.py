@@ -77,8 +77,9 @@ def wrench_stamped(force: np.ndarray, torque: np.ndarray, stamp: float, frame_id
     return _t(WRENCH)(header=header_at(stamp, frame_id), wrench=wrench)
 
 
-def force_of(msg: Any) -> np.ndarray:
-    return _array3(msg.wrench.force)
+def wrench_of(msg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(force (3,), torque (3,)) in the message's own frame."""
+    return _array3(msg.wrench.force), _array3(msg.wrench.torque)
 
 
 def joint_state(names: list[str], pos: np.ndarray, vel: np.ndarray, stamp: float) -> Any:
@@ -121,9 +122,21 @@ def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
     )  # fmt: skip
 
 
+# sensor_msgs/Image encoding -> (bytes per pixel, cv2 conversion to RGB; None: already RGB). The packed YUV 4:2:2
+# ones are what a webcam sends uncompressed (usb_cam's default pixel_format yuyv publishes yuv422_yuy2); ROS's own
+# "yuv422" is the UYVY byte order (sensor_msgs/image_encodings, as cv_bridge reads it); "yuyv"/"uyvy" name the byte
+# orders themselves, as some drivers write them.
+_ENCODINGS = {
+    "rgb8": (3, None), "bgr8": (3, cv2.COLOR_BGR2RGB), "rgba8": (4, cv2.COLOR_RGBA2RGB),
+    "bgra8": (4, cv2.COLOR_BGRA2RGB), "mono8": (1, cv2.COLOR_GRAY2RGB),
+    "yuv422_yuy2": (2, cv2.COLOR_YUV2RGB_YUY2), "yuyv": (2, cv2.COLOR_YUV2RGB_YUY2),
+    "yuv422": (2, cv2.COLOR_YUV2RGB_UYVY), "uyvy": (2, cv2.COLOR_YUV2RGB_UYVY),
+}  # fmt: skip
+
+
 def decode_image(msg: Any, compressed: bool, size: int, crop: list[int] | None = None) -> np.ndarray:
-    """uint8 RGB (size, size, 3) from Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (jpeg/png), cut to
-    `crop` ([top, left, height, width] in source pixels) before the resize."""
+    """uint8 RGB (size, size, 3) from Image (`_ENCODINGS`) or CompressedImage (jpeg/png), cut to `crop` ([top, left,
+    height, width] in source pixels) before the resize."""
     data = np.asarray(msg.data, np.uint8)
     if compressed:
         bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
@@ -131,14 +144,11 @@ def decode_image(msg: Any, compressed: bool, size: int, crop: list[int] | None =
             raise ValueError(f"cannot decode compressed image (format {msg.format!r})")
         rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     else:
-        channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
-        if msg.encoding not in channels:
-            raise ValueError(f"unsupported image encoding {msg.encoding!r}; expected one of {sorted(channels)}")
-        c = channels[msg.encoding]
+        if msg.encoding not in _ENCODINGS:
+            raise ValueError(f"unsupported image encoding {msg.encoding!r}; expected one of {sorted(_ENCODINGS)}")
+        c, conv = _ENCODINGS[msg.encoding]
         rows = data.reshape(msg.height, msg.step)[:, : msg.width * c]
         img = rows.reshape(msg.height, msg.width, c)
-        conv = {"bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB, "bgra8": cv2.COLOR_BGRA2RGB,
-                "mono8": cv2.COLOR_GRAY2RGB}.get(msg.encoding)  # fmt: skip
         rgb = cv2.cvtColor(img, conv) if conv is not None else img
     if crop:
         top, left, h, w = crop

@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections import deque
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.errors import UserError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, proprio_layout
 from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
@@ -54,6 +56,9 @@ STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_actions` after a reset: hold, gripper open (as the sim env)
+# TCP poses kept to turn a tcp-frame wrench: a poll takes at most a reader's depth (5) of each, so this spans several
+# polls of a driver that stamps its wrench and pose from one sample.
+_POSE_HISTORY = 32
 
 
 ACTION_DIM = 4  # [dx, dy, dz, gripper] in [-1, 1]
@@ -89,6 +94,10 @@ class StaleDataError(EpisodeAborted):
     not answer a reset in time)."""
 
 
+class FrameMismatchError(UserError):
+    """A stream's messages are in another frame than the robot config says: its vectors would be misread."""
+
+
 class SafetyStop(EpisodeAborted):
     """The safety layer latched a hold (e-stop, watchdog, limit fault); a reset (and a human) must clear it."""
 
@@ -103,6 +112,14 @@ class RobotHold(SafetyStop):
 def _yaw(quat_wxyz: np.ndarray) -> float:
     w, x, y, z = quat_wxyz
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def _rotate(quat_wxyz: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`v` turned by the unit quaternion `quat_wxyz`: a vector in the TCP frame expressed in the base frame."""
+    q = quat_wxyz / np.linalg.norm(quat_wxyz)
+    w, u = q[0], q[1:]
+    t = 2.0 * np.cross(u, v)
+    return v + w * t + np.cross(u, t)
 
 
 def _ee_yaw_sin_cos(q: np.ndarray) -> np.ndarray:
@@ -207,6 +224,15 @@ class RobotEnv(gym.Env):
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
             self._subs[f"camera:{name}"] = self.tx.subscription(cam.topic, kind, SENSOR_QOS)
+        # The stamped streams an observation reads: each subscription but the joint states, which count per joint
+        # (`joint:<name>`, the newest message that carried it), as drivers split them across publishers.
+        self._joint_keys = {f"joint:{n}": n for n in (*cfg.joint_names, *cfg.gripper_joints)}
+        self._streams = [k for k in self._subs if k != "joints"] + list(self._joint_keys)
+        # The frame_id each pose and wrench stream must carry, and the config key that names it.
+        base = (cfg.base_frame, "base_frame")
+        wrench = base if cfg.wrench_frame == "base" else (cfg.ee_frame, "ee_frame, as wrench_frame is tcp")
+        self._frames = {"ee": base, "object": base, "wrench": wrench}
+        self._poses: deque[tuple[float, np.ndarray]] = deque(maxlen=_POSE_HISTORY)  # (stamp, TCP quat w, x, y, z)
         # The streaming success flag: a Bool has no stamp, so its age counts from the poll that took it.
         self._flag = None
         if cfg.success_topic and not cfg.success_event:
@@ -233,7 +259,7 @@ class RobotEnv(gym.Env):
         # The largest force on the hand (N) in any wrench message of this episode: `info["peak_ee_force"]`, what
         # evaluation reports (a lockstep sim robot sends one per control period, a driver one per state sample).
         self._peak_force = 0.0
-        self._clocks = {k: StreamClock() for k in self._subs}  # each stream's measured rate
+        self._clocks = {k: StreamClock() for k in self._streams}  # each stream's measured rate
         self.last_obs: dict[str, np.ndarray] | None = None  # what the policy saw last (a device may read it)
         self._reset_done: list[tuple[int, float]] = []
         self._prev_tcp: tuple[np.ndarray, float] | None = None
@@ -255,13 +281,8 @@ class RobotEnv(gym.Env):
     def _poll(self) -> None:
         now = time.time()
         for key, sub in self._subs.items():
-            got = sub.take()
-            if got:
-                self._latest[key] = (got[-1], now)
-                for m in got:
-                    self._clocks[key].add(msgs.stamp_of(m))
-                if key == "wrench":
-                    self._peak_force = max([self._peak_force, *(float(np.linalg.norm(msgs.force_of(m))) for m in got)])
+            for m in sub.take():
+                self._receive(key, m, now)
         if self._flag is not None and (got := self._flag.take()):
             self._flag_seen = (got[-1], now)
         if self._button is not None and any(m.data for m in self._button.take()):
@@ -277,6 +298,29 @@ class RobotEnv(gym.Env):
             self._robot_hold = text.removeprefix("hold: ") if held else None
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
+
+    def _receive(self, key: str, msg: Any, now: float) -> None:
+        """`msg` becomes the newest of its stream (a joint state: of each joint it carries that the config names),
+        its stamp goes to the stream's clock; the first message of a stream must be in the frame the config says."""
+        streams = [k for n in msg.name if (k := f"joint:{n}") in self._joint_keys] if key == "joints" else [key]
+        for k in streams:
+            if k not in self._latest:
+                self._check_frame(k, msg)
+            self._latest[k] = (msg, now)
+            self._clocks[k].add(msgs.stamp_of(msg))
+        if key == "wrench":
+            self._peak_force = max(self._peak_force, float(np.linalg.norm(msgs.wrench_of(msg)[0])))
+        elif key == "ee":
+            self._poses.append((msgs.stamp_of(msg), msgs.pose_of(msg)[1]))
+
+    def _check_frame(self, key: str, msg: Any) -> None:
+        """A pose or wrench in another frame than the config's would be misread, not stale: the run stops (a
+        `UserError`). An empty frame_id passes: many stand-ins and trackers leave it unset."""
+        want, which = self._frames.get(key, ("", ""))
+        got = msg.header.frame_id
+        if want and got and got != want:
+            raise FrameMismatchError(f"{self._topic(key)} is in frame {got!r}, the robot config expects {want!r} "
+                                     f"({which}); fix the config or the driver")  # fmt: skip
 
     def _book(self, activity: str | None = None) -> None:
         """Books the arm's time since the last booking (`ArmClock`): in real time from the robot's own state stamps;
@@ -295,10 +339,10 @@ class RobotEnv(gym.Env):
 
     def _check_fresh(self, now: float) -> None:
         """Every stream an observation reads is young enough (`_age_limit`) and all agree in time."""
-        missing = [k for k in self._subs if k not in self._latest]
+        missing = [k for k in self._streams if k not in self._latest]
         if missing:
             raise StaleDataError(f"no message yet on {[self._topic(k) for k in missing]}")
-        stamps = {k: self._stamp(k) for k in self._subs}
+        stamps = {k: self._stamp(k) for k in self._streams}
         for k, s in stamps.items():
             self._check_age(self._topic(k), now - s, *self._age_limit(k))
         spread = max(stamps.values()) - min(stamps.values())
@@ -320,7 +364,7 @@ class RobotEnv(gym.Env):
 
     def _silent_since(self, since: float) -> list[str]:
         """The topics, the success flag's included, that brought nothing after `since` (local receive time)."""
-        silent = [self._topic(k) for k in self._subs if k not in self._latest or self._latest[k][1] <= since]
+        silent = [self._topic(k) for k in self._streams if k not in self._latest or self._latest[k][1] <= since]
         if self._flag is not None and (self._flag_seen is None or self._flag_seen[1] <= since):
             silent.append(self._flag.topic)
         return silent
@@ -335,18 +379,36 @@ class RobotEnv(gym.Env):
         return True
 
     def _topic(self, key: str) -> str:
+        if key in self._joint_keys:
+            return f"{self._subs['joints'].topic} [{self._joint_keys[key]}]"
         return self._subs[key].topic
 
+    def _joints(self, names: list[str], read: Any) -> np.ndarray:
+        """`read` (`msgs.joint_positions` or `joint_velocities`) of `names`, in their order, each from the newest
+        message that carried it."""
+        return np.array([read(self._latest[f"joint:{n}"][0], [n])[0] for n in names], np.float64)
+
+    def _wrench(self) -> tuple[np.ndarray, np.ndarray]:
+        """(force, torque) the world exerts on the hand in the base frame, signed by `wrench_sign`: a tcp-frame wrench
+        is turned by the TCP orientation measured nearest its stamp (a driver samples both together)."""
+        msg = self._latest["wrench"][0]
+        force, torque = msgs.wrench_of(msg)
+        if self.cfg.wrench_frame == "tcp":
+            stamp = msgs.stamp_of(msg)
+            quat = min(self._poses, key=lambda p: abs(p[0] - stamp))[1]
+            force, torque = _rotate(quat, force), _rotate(quat, torque)
+        return self.cfg.wrench_sign * force, self.cfg.wrench_sign * torque
+
     def robot_state(self) -> RobotState | None:
-        """The newest measured state for the safety layer (None before the first pose/joint messages)."""
-        if "ee" not in self._latest or "joints" not in self._latest:
+        """The newest measured state for the safety layer (None until the pose and every configured joint was heard)."""
+        if "ee" not in self._latest or any(k not in self._latest for k in self._joint_keys):
             return None
-        ee, joints, c = self._latest["ee"][0], self._latest["joints"][0], self.cfg
+        ee, c = self._latest["ee"][0], self.cfg
         pos, quat = msgs.pose_of(ee)
-        gap = msgs.joint_positions(joints, self.cfg.gripper_joints).sum() if self.cfg.gripper_joints else math.nan
+        gap = self._joints(c.gripper_joints, msgs.joint_positions).sum() if c.gripper_joints else math.nan
         return RobotState(
             pos, quat, float((gap - c.gripper_closed) / (c.gripper_max_width - c.gripper_closed)),
-            msgs.joint_positions(joints, c.joint_names),
+            self._joints(c.joint_names, msgs.joint_positions),
             msgs.stamp_of(ee),
         )  # fmt: skip
 
@@ -371,9 +433,9 @@ class RobotEnv(gym.Env):
             "joint_pos": state.joint_pos,
         }
         if "wrench" in self._subs:
-            parts["ee_force"] = ee_force_feature(self.cfg.wrench_sign * msgs.force_of(self._latest["wrench"][0]))
+            parts["ee_force"] = ee_force_feature(self._wrench()[0])
         if self._needs_joint_vel:
-            parts["joint_vel"] = msgs.joint_velocities(self._latest["joints"][0], self.cfg.joint_names)
+            parts["joint_vel"] = self._joints(self.cfg.joint_names, msgs.joint_velocities)
         if self._needs_object:
             obj, obj_quat = msgs.pose_of(self._latest["object"][0])
             yaw4 = 4.0 * _yaw(obj_quat)
@@ -522,7 +584,7 @@ class RobotEnv(gym.Env):
         command; its idle re-publications keep their old stamps), then for the success flag sent with it."""
 
         def answered() -> bool:
-            return all(k in self._latest and self._stamp(k) > sent for k in self._subs)
+            return all(k in self._latest and self._stamp(k) > sent for k in self._streams)
 
         def success_too() -> bool:
             # Bool has no stamp: the robot publishes it right after the pose, so take the first one received with

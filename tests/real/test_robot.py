@@ -369,9 +369,26 @@ def test_image_decoding_handles_raw_encodings_and_compressed() -> None:
     comp = typesys.msg_class(msgs.COMPRESSED_IMAGE)(header=msgs.header_at(1.5, "cam"), format="png", data=png.ravel())
     np.testing.assert_array_equal(msgs.decode_image(comp, True, 8), rgb)
     assert msgs.decode_image(comp, True, 4).shape == (4, 4, 3)
-    raw.encoding = "yuv422"
+    raw.encoding = "bayer_rggb8"
     with pytest.raises(ValueError, match="unsupported image encoding"):
         msgs.decode_image(raw, False, 8)
+
+
+@pytest.mark.parametrize(("encoding", "packing", "other"), [
+    ("yuv422_yuy2", cv2.COLOR_RGB2YUV_YUY2, "uyvy"), ("yuyv", cv2.COLOR_RGB2YUV_YUY2, "yuv422"),
+    ("yuv422", cv2.COLOR_RGB2YUV_UYVY, "yuv422_yuy2"), ("uyvy", cv2.COLOR_RGB2YUV_UYVY, "yuyv"),
+])  # fmt: skip
+def test_packed_yuv_frames_decode_to_the_rgb_they_were_packed_from(encoding: str, packing: int, other: str) -> None:
+    """A webcam's uncompressed frames (usb_cam's default yuyv publishes yuv422_yuy2; ROS's "yuv422" is UYVY). Pixel
+    pairs share their colour, so the 4:2:2 packing loses only video-range rounding; read in the other byte order
+    (`other`), the same bytes are far off."""
+    rgb = np.repeat(np.random.default_rng(1).integers(20, 236, (8, 4, 3), dtype=np.uint8), 2, axis=1)  # (8, 8, 3)
+    packed = cv2.cvtColor(rgb, packing).reshape(-1)  # 2 bytes a pixel
+    msg = typesys.msg_class(msgs.IMAGE)(header=msgs.header_at(1.5, "cam"), height=8, width=8, encoding=encoding,
+                                        is_bigendian=0, step=16, data=packed)  # fmt: skip
+    assert np.abs(msgs.decode_image(msg, False, 8).astype(int) - rgb).max() <= 3
+    msg.encoding = other
+    assert np.abs(msgs.decode_image(msg, False, 8).astype(int) - rgb).max() > 30
 
 
 def test_image_crop_cuts_source_pixels_before_the_resize() -> None:
