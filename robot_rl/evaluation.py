@@ -41,6 +41,9 @@ class EvalResult:
     peak_contact_force_max: float = float("nan")  # N
     max_penetration: float = float("nan")  # m
     safety_failure_rate: float = 0.0
+    # Episodes given up after `reruns` re-runs, each aborted by a stop the policy did not cause (e-stop, a driver's
+    # fault, silence): reported, not scored (deploy's `aborted_episodes` counts the same stops, without re-runs).
+    aborted_episodes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +95,7 @@ def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Ro
 
 
 def _stat(fn, x: list[float]) -> float:
-    """`fn` of the reported values; nan when the env reported none (other backends)."""
+    """`fn` of the reported values; nan where there are none (an env that does not report them, no episode scored)."""
     x = [v for v in x if not np.isnan(v)]
     return float(fn(x)) if x else float("nan")
 
@@ -101,35 +104,43 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
     s = np.array([r.success for r in rollouts], dtype=float)
     ok_lengths = [r.length for r in rollouts if r.success]
     return EvalResult(
-        success_rate=float(s.mean()),
+        success_rate=_stat(np.mean, s),
         success_ci=wilson(int(s.sum()), len(s)),
-        mean_return=float(np.mean([r.episode_return for r in rollouts])),
-        mean_length=float(np.mean([r.length for r in rollouts])),
+        mean_return=_stat(np.mean, [r.episode_return for r in rollouts]),
+        mean_length=_stat(np.mean, [r.length for r in rollouts]),
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else float("nan"),
         episodes=len(rollouts),
         peak_ee_force_max=_stat(np.max, [r.peak_ee_force for r in rollouts]),
         peak_ee_force_median=_stat(np.median, [r.peak_ee_force for r in rollouts]),
         peak_contact_force_max=_stat(np.max, [r.peak_contact_force for r in rollouts]),
         max_penetration=_stat(np.max, [r.max_penetration for r in rollouts]),
-        safety_failure_rate=float(np.mean([r.safety_failure for r in rollouts])),
+        safety_failure_rate=_stat(np.mean, [float(r.safety_failure) for r in rollouts]),
     )
 
 
-def evaluate(env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0) -> EvalResult:
+def evaluate(
+    env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0, reruns: int = 3
+) -> EvalResult:
     """Seeds are disjoint from training resets. An episode the env aborts (`EpisodeAborted`: a robot's e-stop or
-    silence) is run again with its seed, every `retry_s` until it starts: a stop is no verdict on the policy. One the
-    robot stopped under the policy (its `safety_failure`: a force limit, the command watchdog) is a failed episode
-    and a safety failure."""
-    results = []
+    silence) is no verdict on the policy: it is run again with its seed after `retry_s`, at most `reruns` times,
+    then given up and counted in `aborted_episodes`, so a robot that keeps stopping cannot hold the evaluation
+    forever. One the robot stopped under the policy (its `safety_failure`: a force limit, the command watchdog) is
+    a failed episode and a safety failure."""
+    results, given_up = [], 0
     for ep in range(episodes):
-        while True:
+        for attempt in range(reruns + 1):
             try:
                 results.append(rollout(env, policy, seed + ep))
                 break
             except EpisodeAborted as e:
-                log.warning("evaluation episode %d aborted, running it again: %s", ep, e)
+                log.warning("evaluation episode %d aborted (try %d of %d): %s", ep, attempt + 1, reruns + 1, e)
+                stop = f"{type(e).__name__}: {e}"
                 time.sleep(retry_s)
-    return summarize(results)
+        else:
+            given_up += 1
+            print(f"evaluation: gave up on episode {ep} (seed {seed + ep}) after {reruns + 1} aborted tries, the "
+                  f"last by {stop}", file=sys.stderr)  # fmt: skip
+    return dataclasses.replace(summarize(results), aborted_episodes=given_up)
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

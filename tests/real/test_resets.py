@@ -127,14 +127,14 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
     assert first == before + 2  # a fresh frame, not the old next obs overwritten
 
 
-class AbortsOnce(gym.Env):
-    """A 3-step episode whose very first step is aborted once (an e-stop during an evaluation)."""
+class Aborting(gym.Env):
+    """A 3-step episode whose very first step is aborted `aborts` times (an e-stop during an evaluation)."""
 
     observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-1, 1, (1,))})
     action_space = gym.spaces.Box(-1, 1, (4,))
 
-    def __init__(self) -> None:
-        self.aborts, self.resets, self.t = 1, [], 0
+    def __init__(self, aborts: int = 1) -> None:
+        self.aborts, self.resets, self.t = aborts, [], 0
 
     def reset(self, *, seed=None, options=None):
         self.resets.append(seed)
@@ -150,9 +150,20 @@ class AbortsOnce(gym.Env):
 
 
 def test_an_evaluation_episode_the_robot_aborts_is_run_again_with_its_seed() -> None:
-    env = AbortsOnce()
+    env = Aborting()
     res = evaluate(env, Pusher(), 2, seed=10, retry_s=0.0)
     assert env.resets == [10, 10, 11] and res.success_rate == 1.0 and res.mean_length == 3
+
+
+def test_an_evaluation_episode_aborted_on_every_try_is_given_up_and_reported(capsys) -> None:
+    """An episode the robot keeps stopping for reasons not the policy's is run `reruns` more times, then left out of
+    the scores and counted; the evaluation goes on with the next episode instead of looping."""
+    env = Aborting(aborts=3)
+    res = evaluate(env, Pusher(), 2, seed=10, retry_s=0.0, reruns=2)
+    assert env.resets == [10, 10, 10, 11] and res.aborted_episodes == 1
+    assert res.episodes == 1 and res.success_rate == 1.0 and res.safety_failure_rate == 0.0
+    err = capsys.readouterr().err
+    assert "gave up on episode 0 (seed 10) after 3 aborted tries, the last by SafetyStop: estop topic" in err
 
 
 def test_envelope_states_span_the_robot_configs_limits() -> None:
