@@ -89,7 +89,7 @@ def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: 
              status: bool) -> tuple[dict[str, Any], EpisodeLog, dict]:  # fmt: skip
     """Steps one episode from its reset's `obs` until it ends, the person's success key ends it, or the robot stops
     it; returns its summary row, its steps (for `--record`) and the observation it ended on."""
-    steps, done, t, n_int, reason, held, info = EpisodeLog(), False, 0, 0, "", False, {}
+    steps, done, t, n_int, reason, info = EpisodeLog(), False, 0, 0, "", {}
     start = time.monotonic()
     while not done:
         action = policy.select_action(obs, deterministic=True)
@@ -106,7 +106,7 @@ def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: 
         try:
             next_obs, reward, terminated, truncated, info = judged.step(action)
         except (SafetyStop, StaleDataError) as e:
-            reason, held = f"{type(e).__name__}: {e}", e.safety_failure
+            reason = f"{type(e).__name__}: {e}"
             break
         steps.add({**obs, "action": action, "reward": np.float32(reward), "terminated": terminated,
                    "truncated": truncated, "intervened": intervened})  # fmt: skip
@@ -114,7 +114,7 @@ def _episode(judged, env: RobotEnv, policy, device: TeleopDevice | None, judge: 
         if status:
             _status_line(env, ep, t, n_int, sys.stderr)
     success = bool(info.get("success", False)) and not reason
-    held = held or bool(info.get("safety_failure", False))  # a force-limit hold: the episode's last step
+    held = bool(info.get("safety_failure", False))  # a stop the policy caused: the episode's last step
     row = {"episode": ep, "success": success, "steps": t, "seconds": time.monotonic() - start, "interventions": n_int,
            "aborted": reason, "safety_failure": held}  # fmt: skip
     return row, steps, obs
@@ -192,7 +192,7 @@ def deploy(
         "cycle_time_s": float(np.mean([r["seconds"] for r in ok])) if ok else float("nan"),
         "mean_cycle_steps": float(np.mean([r["steps"] for r in ok])) if ok else float("nan"),
         "aborted_episodes": sum(bool(r["aborted"]) for r in results),
-        # episodes the robot held under the policy (force limit, watchdog): failures, not just aborted
+        # episodes stopped by the policy's doing (a joint or force limit, the workspace): failures, not aborts
         "safety_failure_rate": float(np.mean([r["safety_failure"] for r in results])) if results else float("nan"),
         "interventions": sum(r["interventions"] for r in results),
         "safety_holds": env.safety.holds,

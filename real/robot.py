@@ -5,11 +5,13 @@ relative-frame actions; the sim env does the same) and a gripper opening `(1 - g
 turns that into the command that is published; the env then sleeps to the next absolute deadline and assembles the
 observation from the newest messages. Every stream used in an observation must be younger than
 `cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
-a policy never acts on old data. A latched safety fault (e-stop, watchdog, limits) raises `SafetyStop` after
-the hold command went out; `reset()` clears it once the e-stop is released. Success comes from a streaming
-success topic (checked like the state; a Bool has no stamp, so its age counts from the poll that took it), from an
-event topic (`cfg.success_event`: an operator button, never stale), or from nothing (`judges_success` False: the
-run's classifier or a person's key judges, `ClassifierReward` or the actor).
+a policy never acts on old data. A stop the policy caused (the arm driven into a joint's margin, out of the
+workspace or into a keep-out box, or held by the robot for a reason in `policy_holds`) ends the episode as the sim
+env's safety terminal: `info["safety_failure"]`, reward `safety_reward`, after the hold went out. Any other latched
+fault (e-stop, watchdog) raises `SafetyStop` after the hold; `reset()` clears it once the e-stop is released.
+Success comes from a streaming success topic (checked like the state; a Bool has no stamp, so its age counts from
+the poll that took it), from an event topic (`cfg.success_event`: an operator button, never stale), or from nothing
+(`judges_success` False: the run's classifier or a person's key judges, `ClassifierReward` or the actor).
 
 With `cfg.lockstep` (a sim robot that advances one control period per command) a step waits for the state
 stamped after its command instead of sleeping, so it runs as fast as both sides compute; ages are not checked
@@ -31,7 +33,7 @@ import numpy as np
 from robot_rl.errors import UserError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, proprio_layout
-from robot_rl.real.safety import RobotState, SafeCommand, SafetyFilter
+from robot_rl.real.safety import POLICY_FAULTS, RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import ArmClock, RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
 from robot_rl.types import (
@@ -103,10 +105,8 @@ class SafetyStop(EpisodeAborted):
 
 
 class RobotHold(SafetyStop):
-    """The robot's driver holds the arm mid-episode (its command watchdog, a force limit, a fault): whatever is
-    commanded from here does nothing until a reset, so the episode ends here."""
-
-    safety_failure = True
+    """The robot's driver holds the arm mid-episode for a reason not in `policy_holds` (its command watchdog, a
+    fault): whatever is commanded from here does nothing until a reset, so the episode ends here."""
 
 
 def _yaw(quat_wxyz: np.ndarray) -> float:
@@ -544,40 +544,47 @@ class RobotEnv(gym.Env):
         target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
         sent = time.time()
         cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
-        if (reason := self.safety.latched) is not None:
-            if reason.startswith("stale_state"):
-                raise StaleDataError(f"robot state is stale ({reason}); holding")
-            raise SafetyStop(reason)
+        fault = self._policy_fault()
         if state is None:
             raise StaleDataError("no robot state received yet")
-        if self.cfg.lockstep:
-            self._await_answer(sent)
-        else:
-            self.rate.sleep()
-            self._poll()
-        if (reason := self.safety.latched) is not None and reason.startswith("estop"):
-            raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
+        if fault is None:  # a hold has nothing to wait for (one without a target sends no pose to answer)
+            if self.cfg.lockstep:
+                self._await_answer(sent)
+            else:
+                self.rate.sleep()
+                self._poll()
+            if (reason := self.safety.latched) is not None and reason.startswith("estop"):
+                raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
         pushed = self._robot_hold is not None and self._robot_hold.startswith(tuple(self.cfg.policy_holds))
-        if not pushed:
+        failed = pushed or fault is not None
+        if not failed:
             self._raise_if_held()  # this step's command may not have acted: no transition for it
         obs = self._observe()
         self._book()
         self._t += 1
-        success = not pushed and self._success()
-        truncated = not success and not pushed and self._t >= self.max_episode_steps
+        success = not failed and self._success()
+        truncated = not success and not failed and self._t >= self.max_episode_steps
         info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
-        if pushed:  # the sim env's safety terminal (EnvConfig.safety_reward), not an abort
-            info |= {"safety_failure": True, "robot_hold": self._robot_hold}
+        if failed:  # the sim env's safety terminal (EnvConfig.safety_reward), not an abort
+            info |= {"safety_failure": True, **({"robot_hold": self._robot_hold} if pushed else {})}
         if "wrench" in self._subs:
             info["peak_ee_force"] = self._peak_force
-        reward = self.cfg.safety_reward if pushed else float(success)
-        return obs, reward, success or pushed, truncated, {**info, **self.stamps()}
+        reward = self.cfg.safety_reward if failed else float(success)
+        return obs, reward, success or failed, truncated, {**info, **self.stamps()}
+
+    def _policy_fault(self) -> str | None:
+        """The latched fault if the policy's commands led to it (`POLICY_FAULTS` after the episode's first step; at
+        the first the arm is where the reset left it); raises for any other latch."""
+        reason = self.safety.latched
+        if reason is None or (reason.startswith(POLICY_FAULTS) and self._t > 0):
+            return reason
+        if reason.startswith("stale_state"):
+            raise StaleDataError(f"robot state is stale ({reason}); holding")
+        raise SafetyStop(reason)
 
     def _raise_if_held(self) -> None:
         if self._robot_hold is not None:
-            hold = RobotHold(f"the robot holds the arm ({self._robot_hold}); the episode ends here")
-            hold.peak_ee_force = self._peak_force if "wrench" in self._subs else float("nan")
-            raise hold
+            raise RobotHold(f"the robot holds the arm ({self._robot_hold}); the episode ends here")
 
     def _await_answer(self, sent: float) -> None:
         """Lockstep: wait for every stamped stream to carry a stamp after `sent` (the robot advanced on our

@@ -17,8 +17,10 @@ module adds what only a robot has: validation, faults, the watchdog and holds.
 
 Faults that mean "a human must look" (stale state, missing actions, e-stop, TCP outside the workspace or inside a
 keep-out box, a joint near its limit) latch a hold until `reset()`; a single non-finite action only holds that
-step. A hold targets the measured pose (a pose controller stays put, a servo gets zero twist); without a valid
-measured pose the command carries no target at all, so nothing can be published that was not checked.
+step. Of these, `POLICY_FAULTS` are where the policy's own commands took the arm: `RobotEnv` ends the episode on
+them as a safety failure, where any other latch aborts it. A hold targets the measured pose (a pose controller
+stays put, a servo gets zero twist); without a valid measured pose the command carries no target at all, so nothing
+can be published that was not checked.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from robot_rl.limits import Limiter, SafetyConfig
+
+# Latched faults (reason prefixes) the arm reaches only by being driven there: commands stay inside the workspace
+# and short of keep-out boxes, but nothing stops a policy from winding a joint into its margin or the arm from
+# overshooting the box. Everything else that latches (e-stop, stale state, no actions, broken state) is not its doing.
+POLICY_FAULTS = ("joint_limit", "tcp_outside_workspace", "tcp_in_keep_out")
 
 
 @dataclass

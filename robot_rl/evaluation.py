@@ -72,15 +72,7 @@ def rollout(env: gym.Env, policy: Policy, seed: int, record: bool = False) -> Ro
         if record:
             for k, v in {**obs, "action": action}.items():
                 out.steps.setdefault(k, []).append(v)
-        try:
-            obs, reward, terminated, truncated, info = env.step(action)
-        except EpisodeAborted as e:
-            if not e.safety_failure:
-                raise
-            log.warning("evaluation episode held by the robot after %d steps: %s", out.length, e)
-            out.safety_failure = True  # and not a success: the episode ends where the robot stopped it
-            out.peak_ee_force = e.peak_ee_force
-            return out
+        obs, reward, terminated, truncated, info = env.step(action)
         if record:
             out.steps.setdefault("reward", []).append(np.float32(reward))
         out.episode_return += float(reward)
@@ -121,11 +113,11 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
 def evaluate(
     env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0, reruns: int = 3
 ) -> EvalResult:
-    """Seeds are disjoint from training resets. An episode the env aborts (`EpisodeAborted`: a robot's e-stop or
-    silence) is no verdict on the policy: it is run again with its seed after `retry_s`, at most `reruns` times,
-    then given up and counted in `aborted_episodes`, so a robot that keeps stopping cannot hold the evaluation
-    forever. One the robot stopped under the policy (its `safety_failure`: a force limit, the command watchdog) is
-    a failed episode and a safety failure."""
+    """Seeds are disjoint from training resets. A stop the policy caused ends its episode as a terminal step
+    (`info["safety_failure"]`): a failed episode and a safety failure. One it did not cause (`EpisodeAborted`: an
+    e-stop, a driver's fault, silence) is no verdict on the policy: the episode is run again with its seed after
+    `retry_s`, at most `reruns` times, then given up and counted in `aborted_episodes`, so a robot that keeps
+    stopping cannot hold the evaluation forever."""
     results, given_up = [], 0
     for ep in range(episodes):
         for attempt in range(reruns + 1):

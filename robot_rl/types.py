@@ -19,14 +19,10 @@ TorchObs = dict[str, torch.Tensor]
 
 
 class EpisodeAborted(RuntimeError):
-    """The env cannot go on with this episode (a robot's e-stop, safety fault, or silence). What the episode produced
-    so far stays valid, and nothing about it is terminal: a stop says nothing about the policy's task."""
-
-    # True where the robot stopped the episode under the policy (a force limit, its command watchdog): evaluation
-    # scores the episode as a safety failure instead of running it again.
-    safety_failure = False
-    # The episode's largest force on the hand up to the stop (N), where the env measures it: evaluation reports it.
-    peak_ee_force = float("nan")
+    """The env cannot go on with this episode for a reason the policy did not cause (a robot's e-stop, a driver's
+    fault, silence). What the episode produced so far stays valid, and nothing about it is terminal: the stop says
+    nothing about the policy. A stop the policy caused is no abort but the env's terminal step, with
+    `info["safety_failure"]`, as the sim's force limit."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class EpisodeStats:
     successes: int = 0
     steps: int = 0
     intervened_steps: int = 0
-    aborted: int = 0  # episodes the env aborted (e-stop, safety fault, robot silent); not in the rates below
+    aborted: int = 0  # episodes the env aborted (e-stop, driver fault, robot silent); not in the rates below
     recent_success: list[bool] = field(default_factory=list)
     recent_intervention: list[float] = field(default_factory=list)
 
@@ -113,8 +113,10 @@ class Actor:
     def step(self) -> Transition:
         """One env step; resets on the way in when the previous episode ended.
 
-        An episode the env aborts (`EpisodeAborted`: a robot's e-stop, safety fault, or silence) ends where it
-        stands without poisoning the buffers: its transitions so far were stored as they were, none terminal (the
+        A stop the policy caused (a joint limit, the workspace, a force limit) is the env's terminal step, worth
+        its safety reward and stored like any other, so the critic learns what it costs. An episode the env
+        aborts (`EpisodeAborted`: an e-stop, a driver's fault, silence) ends where it stands without poisoning the
+        buffers: its transitions so far were stored as they were, none terminal (the
         critic bootstraps through them as through a time limit), the failed step yields no transition, and the
         next episode's first obs differs from the last next obs, which starts a new sequence in the replay buffer.
         Resets are retried every `retry_s` until the env starts one (the e-stop released, the robot back)."""

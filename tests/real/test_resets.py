@@ -1,5 +1,6 @@
 """Resets on a robot and episodes that end early: the home move through the safety layer, who resets the scene,
-and an e-stop mid-episode that ends it without poisoning the replay buffer (sim robot in-process, inproc DDS)."""
+an e-stop mid-episode that ends it without poisoning the replay buffer, a joint limit the policy drives into that
+ends it as a safety failure (sim robot in-process, inproc DDS)."""
 
 from __future__ import annotations
 
@@ -127,6 +128,38 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
     assert first == before + 2  # a fresh frame, not the old next obs overwritten
 
 
+def test_a_policy_that_drives_a_joint_into_its_margin_ends_the_episode_as_a_safety_failure() -> None:
+    """Pushing +x winds joint2 up (about 0.04 rad per 2.5 cm); with its upper limit just past home, the step that
+    finds it in the margin holds the arm where it is and comes back terminal, worth the safety reward, instead of
+    raising; an evaluation scores the episode as a failure and a safety failure, not run again."""
+    robot = inproc_robot()
+    robot.safety.joint_upper[1] = 0.3  # home ~0.12 rad, so the margin (0.05) starts ~0.13 rad up
+    served = Served(robot)
+    env = Recording(robot, ObsLayout.from_slices(proprio_layout(robot), control_hz=20.0), max_episode_steps=40)
+    env.sent, steps = [], []
+    try:
+        env.reset(seed=4)
+        while not steps or not (steps[-1][2] or steps[-1][3]):
+            steps.append(env.step(Pusher().select_action(None)))
+        sent = list(env.sent)
+        time.sleep(0.3)  # the arm settles on the hold
+        env._poll()
+        settled = env.robot_state().joint_pos[1]
+        res = evaluate(env, Pusher(), 1, seed=5, retry_s=0.0, reruns=0)
+    finally:
+        env.close()
+        served.close()
+    _, reward, terminated, truncated, info = steps[-1]
+    assert terminated and not truncated and info["safety_failure"] and reward == robot.safety_reward, info
+    assert 1 < len(steps) < 40 and not any("safety_failure" in i for *_, i in steps[:-1])
+    assert [cmd.hold for _, cmd in sent] == [False] * (len(steps) - 1) + [True]
+    tcp, hold = sent[-1]
+    assert hold.reasons[0].startswith("joint_limit: joints [1]")
+    np.testing.assert_array_equal(hold.target_pos, tcp)  # held where it was measured, no step further
+    assert settled < robot.safety.joint_upper[1]
+    assert res.episodes == 1 and res.safety_failure_rate == 1.0 and res.aborted_episodes == 0
+
+
 class Aborting(gym.Env):
     """A 3-step episode whose very first step is aborted `aborts` times (an e-stop during an evaluation)."""
 
@@ -164,6 +197,30 @@ def test_an_evaluation_episode_aborted_on_every_try_is_given_up_and_reported(cap
     assert res.episodes == 1 and res.success_rate == 1.0 and res.safety_failure_rate == 0.0
     err = capsys.readouterr().err
     assert "gave up on episode 0 (seed 10) after 3 aborted tries, the last by SafetyStop: estop topic" in err
+
+
+class SafetyTerminal(gym.Env):
+    """RobotEnv's answer when the policy drove the arm into a limit at its third step: a terminal safety failure."""
+
+    observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-1, 1, (1,))})
+    action_space = gym.spaces.Box(-1, 1, (4,))
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {"state": np.zeros(1, np.float32)}, {}
+
+    def step(self, action):
+        self.t += 1
+        failed = self.t == 3
+        info = {"success": False, **({"safety_failure": True} if failed else {})}
+        return {"state": np.full(1, self.t / 10, np.float32)}, -1.0 if failed else 0.0, failed, False, info
+
+
+def test_the_actor_stores_a_stop_the_policy_caused_as_a_penalised_terminal_transition() -> None:
+    actor = Actor(SafetyTerminal(), Pusher())
+    ts = [actor.step() for _ in range(3)]
+    assert [(t.reward, t.terminated, t.truncated) for t in ts] == [(0.0, False, False)] * 2 + [(-1.0, True, False)]
+    assert actor.stats.episodes == 1 and actor.stats.aborted == 0 and actor.between_episodes
 
 
 def test_envelope_states_span_the_robot_configs_limits() -> None:

@@ -234,10 +234,10 @@ def test_an_estop_heard_during_the_step_outranks_the_staleness_of_the_state(robo
     tx.close()
 
 
-def test_a_robot_hold_mid_episode_ends_it_within_the_step_and_counts_as_a_safety_failure(robot_cfg) -> None:
-    """The policy stalls past the robot's command watchdog (a slow update, a checkpoint save): the robot holds the
-    arm, RobotEnv says so in the step it happened (no transition for a command that did nothing), the actor goes on
-    with a new episode, and an evaluation scores the held episode as a failure and a safety failure."""
+def test_a_robot_hold_mid_episode_ends_it_within_the_step_and_an_evaluation_runs_it_again(robot_cfg) -> None:
+    """The policy process stalls past the robot's command watchdog (a slow update, a checkpoint save): the robot
+    holds the arm, RobotEnv says so in the step it happened (no transition for a command that did nothing), the actor
+    goes on with a new episode, and an evaluation runs the held episode again: a stall is no verdict on the policy."""
     from robot_rl.evaluation import evaluate
     from robot_rl.loop.actor import Actor
 
@@ -266,7 +266,7 @@ def test_a_robot_hold_mid_episode_ends_it_within_the_step_and_counts_as_a_safety
         assert not np.array_equal(stored[1].next_obs["state"], stored[2].obs["state"])  # not stitched: new episode
         stalls[0] = 3
         res = evaluate(env, Still(), 2, seed=5, retry_s=0.0)  # the first episode is held at its third step
-        assert res.episodes == 2 and res.safety_failure_rate == 0.5 and res.success_rate == 0.0
+        assert res.episodes == 2 and res.aborted_episodes == 0 and res.safety_failure_rate == 0.0
     finally:
         env.close()
         served.close()
@@ -279,9 +279,8 @@ def test_a_hold_is_reported_by_the_step_it_happened_in(robot_cfg) -> None:
         env.reset(seed=3)
         env.step(np.zeros(4))
         env.rate.sleep = lambda: time.sleep(0.4)
-        with pytest.raises(RobotHold, match="no_action") as held:
+        with pytest.raises(RobotHold, match="no_action"):
             env.step(np.array([0.0, 0.0, 1.0, 0.0]))
-        assert held.value.safety_failure
         env.rate.sleep = lambda: time.sleep(0.05)
         env.reset(seed=4)  # the reset clears the robot's hold
         assert not env.step(np.zeros(4))[4]["hold"]
