@@ -59,13 +59,14 @@ OPERATOR = "person"  # intervention.operator: a person's reaction, verdicts and 
 
 
 class Cell:
-    """`robot-rl sim-robot --cell SPEC --cameras front,wrist` in real time on its own domain, for one stage."""
+    """`robot-rl sim-robot --cell SPEC --cameras front,wrist` in real time on its own domain, for one stage ("": the
+    nominal sim robot)."""
 
     def __init__(self, spec: str) -> None:
         self.domain = random.randint(100, 230)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--cell", spec, "--cameras", "front,wrist",
-             "--domain", str(self.domain)],
+            [sys.executable, "-m", "robot_rl.cli", "sim-robot", *(["--cell", spec] if spec else []), "--cameras",
+             "front,wrist", "--domain", str(self.domain)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -283,6 +284,48 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+# The check's arms: the defaults, and the learning_starts the defaults had before #54 (updates from the first step).
+DEFAULT_ARMS = {"defaults": [], "updates from step 0": ["loop.learning_starts=0"]}
+
+
+def defaults_check(ckpt: Path, work: Path, seeds: int = 2, steps: int = 1800) -> list[dict]:
+    """#54 acceptance 3: `train robot=sim init_from=<sim run>` with the defaults only (no demos, no person, the
+    success topic as reward, the fine-tuning defaults) on the nominal real-time sim robot, beside the same with
+    updates from step 0; measurement keys only: evaluations every 300 env steps, the step-0 one, no early stop.
+    Goal: no evaluation in the first 3 robot-minutes of training more than 0.2 below step 0's."""
+    rows = []
+    for seed in range(seeds):
+        for arm, extra in DEFAULT_ARMS.items():
+            run = work / f"{arm.replace(' ', '_')}_s{seed}"
+            params = {"checkpoint": str(ckpt), "seed": seed, "steps": steps, "extra": extra}
+            r = kept(run / "bench.json", params, run.name,
+                     lambda s=seed, d=run, x=extra: _defaults_run(ckpt, d, s, steps, x))  # fmt: skip
+            rows.append(_defaults_row(arm, seed, r["summary"]))
+    return rows
+
+
+def _defaults_row(arm: str, seed: int, summary: dict) -> dict:
+    evals = [e for e in summary["evals"] if not e.get("confirm")]
+    start, worst = evals[0]["success_rate"], min(e["success_rate"] for e in evals[1:])
+    return {"bench": f"{arm} s{seed}", "arm": arm, "seed": seed, "start_success": start, "worst_success": worst,
+            "drop": round(start - worst, 3), "goal_met": start - worst <= 0.2,
+            "curve": [(e["env_steps"], e["success_rate"], e["episodes"], e.get("robot_minutes_whole")) for e in evals],
+            "robot_minutes_whole": summary["robot_minutes_whole"],
+            "deadline_misses": summary.get("control", {}).get("deadline_misses")}  # fmt: skip
+
+
+def _defaults_run(ckpt: Path, run: Path, seed: int, steps: int, extra: list[str]) -> dict:
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    t = time.perf_counter()
+    with Cell("") as cell:
+        cli("train", "robot=sim", "obs=pixels", f"robot.domain_id={cell.domain}", f"init_from={ckpt}",
+            "intervention.enabled=false", f"seed={seed}", "loop.eval_at_start=true", f"loop.env_steps={steps}",
+            "loop.eval_every=300", "loop.stop_at_success=2", "loop.checkpoint_every=0", "threads=1",
+            f"run_dir={run}", *extra)  # fmt: skip
+    return {"summary": json.loads((run / "summary.json").read_text()), "wall_s": time.perf_counter() - t}
+
+
 def draw_specs(n: int, seed: int) -> list[str]:
     """`n` cells for `--cell random:SEED`, their seeds drawn from `seed`."""
     rng = random.Random(seed)
@@ -355,7 +398,21 @@ if __name__ == "__main__":
     p.add_argument("--finetune-steps", type=int, default=0, help="(c)'s env-step budget (default 3600)")
     p.add_argument("--deploy-episodes", type=int, default=0, help="(b)'s episodes per seed (default 20)")
     p.add_argument("--sim-minutes", type=float, default=15.0, help="wall clock of the sim run trained here")
+    p.add_argument(
+        "--defaults-check",
+        action="store_true",
+        help="only #54's check of the fine-tuning defaults on the nominal sim robot (needs --checkpoint)",
+    )
     a = p.parse_args()
+    if a.defaults_check:
+        from common import provenance, run_name, write_run
+
+        started = time.time()
+        rows = defaults_check(a.checkpoint, HERE / "results" / "sim_to_robot", a.seeds)
+        params = {"argv": sys.argv[1:], "checkpoint": str(a.checkpoint), "seeds": a.seeds}
+        print(write_run(HERE / "results", "sim_to_robot", run_name("defaults-check", started), params, rows, started,
+                        time.time() - started, provenance()))  # fmt: skip
+        sys.exit(0)
     result = main(a.quick, a.checkpoint, a.cells, a.cells_seed, a.seeds, a.scratch_steps, a.finetune_steps,
                   a.deploy_episodes, a.sim_minutes)  # fmt: skip
     print(to_markdown(result))
