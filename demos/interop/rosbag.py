@@ -37,6 +37,19 @@ def _twist(msg: Any, field: str) -> np.ndarray:
     return np.array([lin.x, lin.y, lin.z, ang.x, ang.y, ang.z], np.float32)
 
 
+def _wrench(msg: Any, field: str) -> np.ndarray:
+    f, t = msg.wrench.force, msg.wrench.torque
+    return np.array([f.x, f.y, f.z, t.x, t.y, t.z], np.float32)
+
+
+def _float(msg: Any, field: str) -> np.ndarray:
+    return np.array([msg.data], np.float32)
+
+
+def _bool(msg: Any, field: str) -> np.ndarray:
+    return np.asarray(bool(msg.data))
+
+
 def _image(msg: Any, field: str) -> np.ndarray:
     channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
     if msg.encoding not in channels:
@@ -63,6 +76,9 @@ CONVERTERS: dict[str, Callable[[Any, str], np.ndarray]] = {
     "sensor_msgs/msg/JointState": _joint_state,
     "geometry_msgs/msg/PoseStamped": _pose,
     "geometry_msgs/msg/TwistStamped": _twist,
+    "geometry_msgs/msg/WrenchStamped": _wrench,
+    "std_msgs/msg/Float64": _float,
+    "std_msgs/msg/Bool": _bool,
     "sensor_msgs/msg/Image": _image,
     "sensor_msgs/msg/CompressedImage": _compressed_image,
 }
@@ -136,7 +152,7 @@ def import_rosbag(
                 if ep is None:
                     continue
                 data, t0 = ep
-                final = {k: data[k][-1] for k in keys.values()}
+                final = {k: np.asarray(data[k][-1]) for k in keys.values()}
                 meta = {
                     "source": source,
                     "task": task,
