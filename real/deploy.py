@@ -129,10 +129,12 @@ def deploy(
     device: TeleopDevice | None = None,
     seed: int = 2_000_000,
     status: bool = True,
+    bag: Path | None = None,
 ) -> dict[str, Any]:
     """Runs `episodes` episodes (seeds `seed + i`, as `robot-rl eval` uses) and returns the summary. With a teleop
     `device`, its intervene toggle hands control to the human and its failure button is an e-stop (and its success
-    button ends an episode as a success where it is the judge: `pick_success_judge`)."""
+    button ends an episode as a success where it is the judge: `pick_success_judge`). `record` appends the
+    episodes to a zarr store, `bag` records the whole session's topics to that MCAP file (`real/record.py`)."""
     from robot_rl.envs import make_env
     from robot_rl.loop.adapters import env_policy
 
@@ -147,6 +149,11 @@ def deploy(
     judge, clf = pick_success_judge(checkpoint, layout, robot, device is not None)
     env = make_env(cfg.env, robot=robot, node_name="robot_rl_deploy", layout=layout)
     judged = env if clf is None else ClassifierReward(env, clf)  # what the episodes step; `env` stays the robot
+    recorder = None
+    if bag is not None:  # before the first reset, so the session's first messages are in it
+        from robot_rl.real.record import SessionRecorder
+
+        recorder = SessionRecorder(env.tx, robot, bag)
     store = None
     if record is not None:
         from robot_rl.demos.store import EpisodeStore
@@ -181,6 +188,8 @@ def deploy(
         finally:
             if store is not None:
                 store.close()
+            if recorder is not None:
+                recorder.close()
             env.close()
     ok = [r for r in results if r["success"]]
     lat50, lat99 = percentiles_ms(env.latencies)
@@ -202,5 +211,6 @@ def deploy(
         "latency_p99_ms": lat99,
         "stopped": stopped,
         "success_judge": judge,
+        **({"recording": str(bag)} if bag is not None else {}),
         "per_episode": results,
     }

@@ -183,4 +183,3 @@ class SessionRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -1,4 +1,5 @@
-"""`robot-rl convert lerobot-export|lerobot-import|rosbag|legacy-zarr`: episode stores to and from other formats."""
+"""`robot-rl convert lerobot-export|lerobot-import|rosbag|session|legacy-zarr`: episode stores to and from other
+formats."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-age", type=float, default=0.5)
     s.add_argument("--task", type=env_task, default="", help=TASK_HELP)
     s.add_argument("--source", choices=sorted(SOURCES), default="teleop")
+    s = sub.add_parser("session", help="robot sessions recorded by `deploy --record FILE.mcap` -> store")
+    s.add_argument("recordings", type=Path, nargs="+", help="FILE.mcap (a killed run's FILE.mcap.part reads too)")
+    add_out(s, "the new store")
+    s.add_argument("--episode-gap", type=float, default=1.0, help="seconds without a command that end an episode")
+    s.add_argument("--task", type=env_task, default="", help=TASK_HELP)
+    s.add_argument("--source", choices=sorted(SOURCES), default="policy")
     s = sub.add_parser("legacy-zarr", help="diffusion_policy/robomimic zarr v2 replay buffer -> store")
     s.add_argument("src", type=Path)
     add_out(s, "the new store", positional_before=True)
@@ -81,6 +88,11 @@ def main(argv: list[str]) -> int:
                 task=ns.task,
             )
         }
+    elif ns.cmd == "session":
+        from robot_rl.demos.interop.session import import_session
+
+        result = {"episodes": import_session(ns.recordings, ns.out, episode_gap_s=ns.episode_gap, source=ns.source,
+                                             task=ns.task)}  # fmt: skip
     else:
         from robot_rl.demos.interop.legacy_zarr import import_legacy_zarr
 

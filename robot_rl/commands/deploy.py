@@ -16,7 +16,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_robot_args(p, "sim")
     p.add_argument("--episodes", type=int, default=10, help="episodes to run")
     p.add_argument("--control-hz", type=float, default=None, help="control rate (default: the checkpoint's, 10-50 Hz)")
-    p.add_argument("--record", type=Path, default=None, help="append episodes to this zarr episode store")
+    p.add_argument(
+        "--record",
+        type=Path,
+        action="append",
+        default=[],
+        help="append episodes to this zarr episode store; a FILE.mcap records the session's ROS 2 topics instead "
+        "(rosbag2 MCAP: ros2 bag, Foxglove; `convert session` reads it); give --record twice for both",
+    )
     p.add_argument(
         "--teleop",
         default="none",
@@ -40,6 +47,10 @@ def main(argv: list[str]) -> int:
         p.error("--control-hz must be within 1..100")
     from robot_rl.checkpoint import Checkpoint
 
+    bags = [r for r in ns.record if r.suffix == ".mcap"]
+    stores = [r for r in ns.record if r.suffix != ".mcap"]
+    if len(bags) > 1 or len(stores) > 1:
+        p.error("--record takes at most one zarr store and one .mcap file")
     checkpoint = Checkpoint(ns.checkpoint)  # a wrong path says so before a teleop device is opened
     device = make_device(ns.teleop) if ns.teleop != "none" else None
     if ns.teleop == "keyboard":
@@ -49,7 +60,8 @@ def main(argv: list[str]) -> int:
         keys = ("intervene", "gripper", ESTOP_EVENT, *((SUCCESS_EVENT,) if not robot.success_topic else ()))
         print(key_help(keys, labels), file=sys.stderr)
     try:
-        summary = deploy(checkpoint, robot, ns.episodes, ns.control_hz, ns.record, device, ns.seed, not ns.quiet)
+        summary = deploy(checkpoint, robot, ns.episodes, ns.control_hz, next(iter(stores), None), device, ns.seed,
+                         not ns.quiet, bag=next(iter(bags), None))  # fmt: skip
     finally:
         if device is not None:
             device.close()

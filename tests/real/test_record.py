@@ -116,6 +116,13 @@ def test_a_recorded_session_opens_in_ros_tools_and_converts_to_the_values_sent(t
                 f = frames[np.searchsorted(frame_t, tick, side="right") - 1]
                 np.testing.assert_array_equal(ep["front"][k], np.asarray(f.data).reshape(f.height, f.width, 3))
 
+    # the same from the command line
+    from robot_rl.commands.convert import main as convert
+
+    assert convert(["session", str(path), "--out", str(tmp_path / "cli"), "--task", "pick_cube"]) == 0
+    with EpisodeStore(tmp_path / "cli") as store:
+        assert len(store) == 2 and store.meta(0)["source"] == "policy"
+
     # a recorder killed mid-session leaves a .part that reads up to its last flushed chunk
     cut = read_session(tmp_path / "killed.mcap.part")
     assert not cut.complete and len(cut.messages[f"{ns}/ee_target"]) >= 1

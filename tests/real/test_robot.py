@@ -13,6 +13,7 @@ import pytest
 from real_util import inproc_robot
 
 from robot_rl.checkpoint import Checkpoint
+from robot_rl.demos.interop.session import read_session
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop import DeviceCommand
 from robot_rl.envs import make_env
@@ -457,9 +458,8 @@ class TakeoverDevice:
 def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cfg, checkpoint, tmp_path) -> None:
     s = Served(robot_cfg)
     try:
-        summary = deploy(
-            Checkpoint(checkpoint), robot_cfg, 3, record=tmp_path / "store", device=TakeoverDevice(), status=False
-        )
+        summary = deploy(Checkpoint(checkpoint), robot_cfg, 3, record=tmp_path / "store", device=TakeoverDevice(),
+                         status=False, bag=tmp_path / "session.mcap")  # fmt: skip
     finally:
         s.close()
     assert summary["episodes"] == 1 and summary["stopped"].startswith("SafetyStop: teleop e-stop")
@@ -469,6 +469,12 @@ def test_deploy_takeover_and_teleop_estop_are_recorded_and_stop_the_run(robot_cf
     assert meta["source"] == "intervention" and not meta["success"] and ep["intervened"].all()
     np.testing.assert_allclose(ep["action"][:, 2], 1.0)  # the human's command, not the policy's, was executed
     assert ep["state"][-1, 2] > ep["state"][0, 2] + 0.03  # and it lifted the arm (the impedance arm lags)
+    # the session's MCAP recording holds the same commands: the human's lift, then the e-stop it pressed
+    assert summary["recording"] == str(tmp_path / "session.mcap")
+    session = read_session(tmp_path / "session.mcap")
+    assert session.complete and [m.data for _, _, m in session.decoded(f"{robot_cfg.namespace}/estop")] == [True]
+    sent = np.array([msgs.pose_of(m)[0] for _, _, m in session.decoded(f"{robot_cfg.namespace}/ee_target")])
+    assert len(sent) >= len(ep["action"]) and sent[-1, 2] > sent[0, 2] + 0.03
 
 
 @pytest.mark.parametrize("task", ["PickCube", "PegInsert"])
