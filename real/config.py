@@ -138,7 +138,9 @@ class RobotConfig:
     # `follow_tolerance_m` 0 is the window times a quarter of the largest step the env can command.
     follow_window: int = 5
     follow_tolerance_m: float = 0.0
-    follow_contact_n: float = 10.0
+    # Above a held object's weight and a wrench's noise, under what a stalled arm presses with (the sim arm: 8 N
+    # with a peg pressed on its block).
+    follow_contact_n: float = 3.0
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     gripper_bridge: GripperBridgeConfig = field(default_factory=GripperBridgeConfig)
 

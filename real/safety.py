@@ -39,6 +39,9 @@ POLICY_FAULTS = ("joint_limit", "tcp_outside_workspace", "tcp_in_keep_out")
 # A step is suspect when the TCP moved under this share of what it was commanded: a frozen arm moves ~0, one that
 # lags its target by a control period still covers most of it.
 FOLLOW_RATIO = 0.2
+# Control steps an arm at full speed takes to brake once its driver stops it: it still moves in them, so they look
+# followed; a `not_following` verdict voids them with its run.
+FOLLOW_SLACK = 2
 
 
 @dataclass
@@ -122,9 +125,9 @@ class FollowWatchdog:
         self.run: list[tuple[float, float]] = []  # (commanded, moved) metres of the suspect steps in a row
 
     @property
-    def suspect(self) -> int:
-        """The newest steps in a row that a `not_following` verdict may yet void."""
-        return len(self.run)
+    def unconfirmed(self) -> int:
+        """The newest steps that a `not_following` verdict may yet void: the suspect run and the braking before it."""
+        return len(self.run) + FOLLOW_SLACK if self.window > 0 else 0
 
     def reset(self) -> None:
         self.run.clear()
