@@ -131,6 +131,16 @@ class RobotConfig:
     # learns what a push costs, as in the sim. Any other hold (command watchdog, fault) aborts the episode.
     policy_holds: tuple[str, ...] = ("force limit",)
     safety_reward: float = -1.0  # the sim's `env.safety_reward`
+    # Not-following watchdog (real/safety.py `FollowWatchdog`): `follow_window` control steps in a row that each
+    # commanded at least `follow_tolerance_m / follow_window` of TCP motion, out of contact (under
+    # `follow_contact_n` newtons on the wrench topic, if any; 0: unchecked), while the TCP moved under 20 % of it,
+    # abort the episode: the driver stopped taking commands without saying so. `follow_window` 0 disables it;
+    # `follow_tolerance_m` 0 is the window times a quarter of the largest step the env can command.
+    follow_window: int = 5
+    follow_tolerance_m: float = 0.0
+    # Above a held object's weight and a wrench's noise, under what a stalled arm presses with (the sim arm: 8 N
+    # with a peg pressed on its block).
+    follow_contact_n: float = 3.0
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     gripper_bridge: GripperBridgeConfig = field(default_factory=GripperBridgeConfig)
 
@@ -177,6 +187,10 @@ def check_robot_config(cfg: RobotConfig) -> None:
         raise ValueError("gripper_max_width and gripper_closed must differ (the joints' sum open and closed)")
     if min(cfg.home_box) < 0:
         raise ValueError(f"home_box holds half-widths (metres), all >= 0; got {list(cfg.home_box)}")
+    if cfg.follow_window < 0 or cfg.follow_window == 1:
+        raise ValueError(f"follow_window counts control steps: 0 (off) or >= 2, got {cfg.follow_window}")
+    if cfg.follow_tolerance_m < 0 or cfg.follow_contact_n < 0:
+        raise ValueError("follow_tolerance_m and follow_contact_n must be >= 0 (0: derived / unchecked)")
     s = cfg.safety
     if len(s.joint_lower) != len(s.joint_upper) or (s.joint_lower and len(s.joint_lower) != len(cfg.joint_names)):
         raise ValueError("safety.joint_lower/joint_upper must both list one limit per joint in joint_names")

@@ -8,7 +8,9 @@ observation from the newest messages. Every stream used in an observation must b
 a policy never acts on old data. A stop the policy caused (the arm driven into a joint's margin, out of the
 workspace or into a keep-out box, or held by the robot for a reason in `policy_holds`) ends the episode as the sim
 env's safety terminal: `info["safety_failure"]`, reward `safety_reward`, after the hold went out. Any other latched
-fault (e-stop, watchdog) raises `SafetyStop` after the hold; `reset()` clears it once the e-stop is released.
+fault (e-stop, watchdog) raises `SafetyStop` after the hold; `reset()` clears it once the e-stop is released. An arm
+that stops following its commands while its state streams on (a driver's silent stop: `FollowWatchdog`) raises
+`RobotHold` after the hold; `info["unconfirmed_steps"]` says how many of the newest steps that verdict may yet void.
 Success comes from a streaming success topic (checked like the state; a Bool has no stamp, so its age counts from
 the poll that took it), from an event topic (`cfg.success_event`: an operator button, never stale), or from nothing
 (`judges_success` False: the run's classifier or a person's key judges, `ClassifierReward` or the actor).
@@ -33,7 +35,7 @@ import numpy as np
 from robot_rl.errors import UserError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, proprio_layout
-from robot_rl.real.safety import POLICY_FAULTS, RobotState, SafeCommand, SafetyFilter
+from robot_rl.real.safety import POLICY_FAULTS, FollowWatchdog, RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import ArmClock, RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
 from robot_rl.types import (
@@ -197,6 +199,10 @@ class RobotEnv(gym.Env):
         self.max_episode_steps = cfg.max_episode_steps or max_episode_steps
         self.home_quat = np.asarray(cfg.home_quat, np.float64)
         self.safety = SafetyFilter(cfg.safety, self.dt)
+        # Derived tolerance: a quarter of the largest step this env can command, every step of the window.
+        step = min(self.max_step, self.safety.step_limit)
+        self.follow = FollowWatchdog(cfg.follow_window, cfg.follow_tolerance_m or cfg.follow_window * step / 4,
+                                     cfg.follow_contact_n)  # fmt: skip
         self.rate = RateKeeper(self.hz)
         self.clock = ArmClock()  # the arm's busy time by activity: the run summary's and the benches' robot time
         self._booked_at: float | None = None  # the state stamp the clock was last booked at (real time)
@@ -220,6 +226,12 @@ class RobotEnv(gym.Env):
             self._subs["object"] = self.tx.subscription(cfg.object_pose_topic, msgs.POSE, SENSOR_QOS)
         if "ee_force" in state_layout:
             self._subs["wrench"] = self.tx.subscription(cfg.wrench_topic, msgs.WRENCH, SENSOR_QOS)
+        # The follow watchdog's contact check reads the wrench even where the policy does not observe it (never
+        # checked for age: without it, a stall is simply not excused).
+        self._contact_sub = None
+        if cfg.wrench_topic and "wrench" not in self._subs and cfg.follow_window and cfg.follow_contact_n:
+            self._contact_sub = self.tx.subscription(cfg.wrench_topic, msgs.WRENCH, SENSOR_QOS)
+        self._force_n = 0.0  # the newest wrench's force on the hand, newtons
         self._cams = {c: cams[c] for c in cameras}
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
@@ -287,6 +299,8 @@ class RobotEnv(gym.Env):
             self._flag_seen = (got[-1], now)
         if self._button is not None and any(m.data for m in self._button.take()):
             self._pressed = True
+        if self._contact_sub is not None and (got := self._contact_sub.take()):
+            self._force_n = float(np.linalg.norm(msgs.wrench_of(got[-1])[0]))
         if self._estop.poll():
             self.safety.estop("estop topic")
         if status := self._status_sub.take():
@@ -309,7 +323,8 @@ class RobotEnv(gym.Env):
             self._latest[k] = (msg, now)
             self._clocks[k].add(msgs.stamp_of(msg))
         if key == "wrench":
-            self._peak_force = max(self._peak_force, float(np.linalg.norm(msgs.wrench_of(msg)[0])))
+            self._force_n = float(np.linalg.norm(msgs.wrench_of(msg)[0]))
+            self._peak_force = max(self._peak_force, self._force_n)
         elif key == "ee":
             self._poses.append((msgs.stamp_of(msg), msgs.pose_of(msg)[1]))
 
@@ -561,10 +576,13 @@ class RobotEnv(gym.Env):
             self._raise_if_held()  # this step's command may not have acted: no transition for it
         obs = self._observe()
         self._book()
+        if not failed:
+            self._check_following(state, cmd)
         self._t += 1
         success = not failed and self._success()
         truncated = not success and not failed and self._t >= self.max_episode_steps
-        info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1]}
+        info = {"success": success, "hold": cmd.hold, "safety": cmd.reasons, "latency_s": self.latencies[-1],
+                "unconfirmed_steps": min(self.follow.unconfirmed, self._t)}  # fmt: skip
         if failed:  # the sim env's safety terminal (EnvConfig.safety_reward), not an abort
             info |= {"safety_failure": True, **({"robot_hold": self._robot_hold} if pushed else {})}
         if "wrench" in self._subs:
@@ -581,6 +599,21 @@ class RobotEnv(gym.Env):
         if reason.startswith("stale_state"):
             raise StaleDataError(f"robot state is stale ({reason}); holding")
         raise SafetyStop(reason)
+
+    def _check_following(self, before: RobotState, cmd: SafeCommand) -> None:
+        """Raises `RobotHold`, after a hold went out, once the arm has not followed `follow_window` commands in a
+        row: a driver that drops commands and streams its state on (a protective stop) would have the episode run
+        on against a frozen arm. What was commanded is what the filter sent (a hold: nothing)."""
+        after = self.robot_state()
+        assert after is not None  # the observation just read it
+        moved = float(np.linalg.norm(after.tcp_pos - before.tcp_pos))
+        reason = self.follow.update(float(np.linalg.norm(cmd.linear_vel)) * self.dt, moved, self._force_n)
+        if reason is None:
+            return
+        self.safety.watchdog.trip(reason)
+        self.publish(self.safety.hold(after, reason))
+        raise RobotHold(f"{reason}; the robot stopped taking commands (a protective stop? a halted servo?)",
+                        void_steps=self.follow.unconfirmed - 1)  # fmt: skip
 
     def _raise_if_held(self) -> None:
         if self._robot_hold is not None:
@@ -650,6 +683,7 @@ class RobotEnv(gym.Env):
         if self._robot_hold is not None:
             raise SafetyStop(f"the robot still holds the arm after the reset ({self._robot_hold}): clear it there")
         self.safety.reset()
+        self.follow.reset()
         self._prev_tcp = None
         self._peak_force = 0.0
         self._obj_start = None  # the next observation's object pose

@@ -36,6 +36,12 @@ from robot_rl.limits import Limiter, SafetyConfig
 # and short of keep-out boxes, but nothing stops a policy from winding a joint into its margin or the arm from
 # overshooting the box. Everything else that latches (e-stop, stale state, no actions, broken state) is not its doing.
 POLICY_FAULTS = ("joint_limit", "tcp_outside_workspace", "tcp_in_keep_out")
+# A step is suspect when the TCP moved under this share of what it was commanded: a frozen arm moves ~0, one that
+# lags its target by a control period still covers most of it.
+FOLLOW_RATIO = 0.2
+# Control steps an arm at full speed takes to brake once its driver stops it: it still moves in them, so they look
+# followed; a `not_following` verdict voids them with its run.
+FOLLOW_SLACK = 2
 
 
 @dataclass
@@ -104,6 +110,41 @@ class Watchdog:
     def reset(self) -> None:
         self.latched = None
         self.last_state = self.last_action = None
+
+
+class FollowWatchdog:
+    """Whether the arm still follows its commands. Stock drivers stop taking them and stream their state on without
+    a word (a UR protective stop, MoveIt Servo halting at a singularity or joint bound, a Franka reflex), so only
+    what the TCP did tells. A step is suspect when it commanded at least `tolerance / window` metres (a hold, a
+    clipped-away or a gripper-only command asks for nothing), the TCP moved under `FOLLOW_RATIO` of it, and the hand
+    felt no more than `contact_n` newtons (0: unchecked): an arm pressed into a block stalls legitimately.
+    `window` suspect steps in a row mean it is not following. `window` 0 disables the check."""
+
+    def __init__(self, window: int, tolerance: float, contact_n: float) -> None:
+        self.window, self.tolerance, self.contact_n = window, tolerance, contact_n
+        self.run: list[tuple[float, float]] = []  # (commanded, moved) metres of the suspect steps in a row
+
+    @property
+    def unconfirmed(self) -> int:
+        """The newest steps that a `not_following` verdict may yet void: the suspect run and the braking before it."""
+        return len(self.run) + FOLLOW_SLACK if self.window > 0 else 0
+
+    def reset(self) -> None:
+        self.run.clear()
+
+    def update(self, commanded: float, moved: float, force_n: float) -> str | None:
+        """One control step: metres commanded, metres the TCP moved, newtons on the hand; the reason once the arm
+        has not followed for `window` steps, else None."""
+        asked = self.window > 0 and commanded >= self.tolerance / self.window
+        contact = 0.0 < self.contact_n <= force_n
+        if not asked or contact or moved >= FOLLOW_RATIO * commanded:
+            self.run.clear()
+            return None
+        self.run.append((commanded, moved))
+        if len(self.run) < self.window:
+            return None
+        c, m = (sum(x) for x in zip(*self.run, strict=True))
+        return f"not_following: commanded {c * 1e3:.0f} mm over {len(self.run)} steps, moved {m * 1e3:.1f} mm"
 
 
 def _fmt(v: np.ndarray) -> str:

@@ -152,6 +152,10 @@ class SimRobotConfig:
     camera_turn: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     camera_fovy: dict[str, float] = field(default_factory=dict)  # degrees added to a camera's field of view
     arm: str = "osc"  # the env's arm: osc (Cartesian impedance, force-limited) | mocap (sim/envs.py EnvConfig.arm)
+    # Fault drill: this many simulated seconds after each reset the arm stops where it is and drops Cartesian
+    # commands while its state and an "ok" status stream on, as a UR protective stop or a halted servo does (what
+    # RobotEnv's not-following watchdog must catch); the next reset clears it. 0: never.
+    freeze_after_s: float = 0.0
 
 
 class SimRobot:
@@ -252,6 +256,8 @@ class SimRobot:
         self.watchdog.reset()
         self.hold_reason = None
         self._reset_time = time.time()
+        self._reset_sim = self.sim_time
+        self.frozen = False
 
     def _move_cameras(self) -> None:
         """The cell's fixed camera moves, after the reset's randomisation restored and drew the camera poses."""
@@ -301,7 +307,7 @@ class SimRobot:
     def _apply_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:
             _, kind, m = self._pending.popleft()
-            if self.hold_reason is not None:
+            if self.hold_reason is not None or (self.frozen and kind == "cmd"):
                 continue
             if kind == "gripper":
                 if np.isfinite(m.data):
@@ -378,6 +384,9 @@ class SimRobot:
         """One physics tick at time `now` (wall time in real time, simulated time in lockstep)."""
         if not self.watchdog.check(now):
             self._hold(self.watchdog.latched or "watchdog")
+        if not self.frozen and 0.0 < self.cfg.freeze_after_s <= self.sim_time - self._reset_sim:
+            self.frozen, self._target, self._twist[:] = True, self.tcp(), 0.0  # silent: the status stays "ok"
+            log.warning("fault drill: dropping Cartesian commands until the next reset")
         self._apply_due(now)
         if self.hold_reason is None and self.robot.command_type == "twist":
             self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, self._ws_lo, self._ws_hi)

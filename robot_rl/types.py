@@ -22,7 +22,12 @@ class EpisodeAborted(RuntimeError):
     """The env cannot go on with this episode for a reason the policy did not cause (a robot's e-stop, a driver's
     fault, silence). What the episode produced so far stays valid, and nothing about it is terminal: the stop says
     nothing about the policy. A stop the policy caused is no abort but the env's terminal step, with
-    `info["safety_failure"]`, as the sim's force limit."""
+    `info["safety_failure"]`, as the sim's force limit. `void_steps`: the newest steps before this one that the
+    stop voids too (an arm found not following stopped earlier); the env held them back as `unconfirmed_steps`."""
+
+    def __init__(self, *args: object, void_steps: int = 0) -> None:
+        super().__init__(*args)
+        self.void_steps = void_steps
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,10 @@ class Actor:
         self._ep_interventions = 0
         self._ep_return = 0.0
         self.judged: deque[tuple[NpObs, bool]] | None = None
+        # This episode's newest transitions the env may still void (`info["unconfirmed_steps"]`: steps a robot's
+        # not-following check has not cleared yet), and those cleared but not handed out.
+        self._held: list[Transition] = []
+        self._ready: deque[Transition] = deque()
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         self.policy.load_state_dict(state_dict)
@@ -104,11 +108,12 @@ class Actor:
     @property
     def between_episodes(self) -> bool:
         """No episode under way: the next step resets, so the arm may be lent (an evaluation) or left."""
-        return self._obs is None
+        return self._obs is None and not self._ready
 
     def abandon_episode(self) -> None:
         """The env was reset under us (an evaluation on the same robot): the next step starts a new episode."""
         self._obs = None
+        self._void()
 
     def step(self) -> Transition:
         """One env step; resets on the way in when the previous episode ended.
@@ -119,20 +124,38 @@ class Actor:
         buffers: its transitions so far were stored as they were, none terminal (the
         critic bootstraps through them as through a time limit), the failed step yields no transition, and the
         next episode's first obs differs from the last next obs, which starts a new sequence in the replay buffer.
-        Resets are retried every `retry_s` until the env starts one (the e-stop released, the robot back)."""
-        while True:
+        Resets are retried every `retry_s` until the env starts one (the e-stop released, the robot back).
+
+        Steps the env has not confirmed yet (`info["unconfirmed_steps"]`: the arm may have stopped following them)
+        are held back, so a step may run several env steps and later ones none; an abort voids the newest
+        `void_steps` of them, so nothing is stored from an arm that stopped following. An episode's end releases
+        everything."""
+        while not self._ready:
             try:
-                return self._step()
+                self._step()
             except EpisodeAborted as e:
                 if self._obs is not None:
                     self.stats.aborted += 1
-                    log.warning("episode aborted after %d steps: %s", self._ep_len, e)
+                    log.warning("episode aborted after %d steps (%d voided): %s", self._ep_len,
+                                min(e.void_steps, len(self._held)), e)  # fmt: skip
                 else:
                     log.warning("cannot start an episode (retrying in %.1f s): %s", self.retry_s, e)
                     time.sleep(self.retry_s)
                 self._obs = None
+                self._void(e.void_steps)
+        return self._ready.popleft()
 
-    def _step(self) -> Transition:
+    def _void(self, n: int | None = None) -> None:
+        """Drop the newest `n` held transitions (None: all), counted as no steps as the step that aborted; release
+        the rest."""
+        n = len(self._held) if n is None else min(n, len(self._held))
+        void = self._held[len(self._held) - n :]
+        self.stats.steps -= len(void)
+        self.stats.intervened_steps -= sum(t.intervened for t in void)
+        self._ready.extend(self._held[: len(self._held) - n])
+        self._held.clear()
+
+    def _step(self) -> None:
         if self._obs is None:
             self._obs = self._reset()
         obs = self._obs
@@ -174,7 +197,10 @@ class Actor:
             self._obs = None
         else:
             self._obs = next_obs
-        return t
+        self._held.append(t)
+        keep = 0 if t.done else min(int(info.get("unconfirmed_steps", 0)), len(self._held))
+        self._ready.extend(self._held[: len(self._held) - keep])
+        del self._held[: len(self._held) - keep]
 
 
 class VecActor:

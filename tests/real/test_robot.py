@@ -21,6 +21,7 @@ from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.real.deploy import deploy
 from robot_rl.real.robot import STATE_FIELDS, RobotEnv, RobotHold, SafetyStop, StaleDataError
+from robot_rl.real.safety import FOLLOW_SLACK
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
 from robot_rl.real.timing import RateKeeper
 from robot_rl.sim.config import EnvConfig, RandomizationConfig
@@ -43,6 +44,7 @@ class Served:
 
     def _run(self, robot_cfg, kw, ready: threading.Event) -> None:
         node = SimRobot(SimRobotConfig(**kw), robot_cfg, self.tx)
+        self.node = node  # read-only from the test thread (a fault drill's `frozen`)
         ready.set()
         rate = RateKeeper(node.cfg.physics_hz)
         try:
@@ -285,6 +287,106 @@ def test_a_hold_is_reported_by_the_step_it_happened_in(robot_cfg) -> None:
         env.rate.sleep = lambda: time.sleep(0.05)
         env.reset(seed=4)  # the reset clears the robot's hold
         assert not env.step(np.zeros(4))[4]["hold"]
+    finally:
+        env.close()
+        served.close()
+
+
+class Wave:
+    """Sweeps the TCP along y and back at 0.8 of a full step, the gripper open; `frozen[id(obs)]` says whether the
+    sim robot was dropping commands when the action for `obs` was chosen."""
+
+    def __init__(self, served: Served, scale: float = 0.8) -> None:
+        self.served, self.scale, self.i = served, scale, 0
+        self.frozen: dict[int, bool] = {}
+        self.seen: list = []  # keeps each obs alive, so its id stays its own
+
+    def select_action(self, obs, deterministic=False):  # noqa: ANN001, ANN202
+        self.frozen[id(obs)] = self.served.node.frozen
+        self.seen.append(obs)
+        self.i += 1
+        return np.array([0.0, self.scale * (1 if (self.i // 6) % 2 == 0 else -1), 0.0, -1.0])
+
+    def reset(self) -> None:
+        self.i = 0
+
+
+def test_an_arm_that_stops_following_is_held_within_the_window_and_the_episode_aborts(robot_cfg) -> None:
+    """A driver's silent stop (the sim robot's fault drill: commands dropped, state and an "ok" status streaming
+    on, as a UR protective stop): the env holds and aborts the episode `follow_window` steps after the first
+    command that did nothing, naming the reason in one line."""
+    served = Served(robot_cfg, freeze_after_s=0.5)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0), max_episode_steps=60)
+    wave, window = Wave(served), robot_cfg.follow_window
+    try:
+        obs, _ = env.reset(seed=2)
+        steps, first_frozen = 0, None
+        with pytest.raises(RobotHold, match=rf"^not_following: commanded \d+ mm over {window} steps, moved [\d.]+ mm;"):
+            while steps < 60:
+                action = wave.select_action(obs)
+                if first_frozen is None and served.node.frozen:
+                    first_frozen = steps
+                steps += 1
+                obs = env.step(action)[0]
+        assert first_frozen is not None and first_frozen > window  # it moved freely first: no false alarm
+        # `steps` counts the raising one: the frozen steps, plus those the arm spent braking
+        assert window <= steps - first_frozen <= window + FOLLOW_SLACK, (first_frozen, steps)
+        assert env.safety.latched.startswith("not_following")  # held: nothing moves until a reset
+        assert env.command_target(env.robot_state().tcp_pos + 0.02, 1.0).hold
+        env.reset(seed=3)  # clears the drill and the latch
+        assert not env.step(np.array([0.0, 0.5, 0.0, -1.0]))[4]["hold"]
+    finally:
+        env.close()
+        served.close()
+
+
+def test_an_actor_stores_no_transition_from_an_arm_that_stopped_following(robot_cfg) -> None:
+    """The window's steps are held back by the actor until the arm is seen to follow them; the abort voids them, so
+    nothing acted on a frozen arm reaches the buffers, and everything before it does."""
+    from robot_rl.loop.actor import Actor
+
+    served = Served(robot_cfg, freeze_after_s=0.5)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0), max_episode_steps=60)
+    wave = Wave(served)
+    try:
+        actor = Actor(env, wave, retry_s=0.0)
+        stored = []
+        while actor.stats.aborted == 0 and len(stored) < 60:
+            stored.append(actor.step())
+        assert actor.stats.aborted == 1
+        first = stored[:-1]  # the last one is the next episode's first
+        live = sum(not f for f in list(wave.frozen.values())[: len(wave.frozen) - 1])  # the first episode's
+        assert [wave.frozen[id(t.obs)] for t in first].count(True) == 0
+        # every command the arm took is stored, bar those voided as the arm's braking
+        assert live - FOLLOW_SLACK - 1 <= len(first) <= live, (live, len(first))
+        assert not wave.frozen[id(stored[-1].obs)]  # the reset cleared the drill
+    finally:
+        env.close()
+        served.close()
+
+
+def test_the_follow_watchdog_stays_quiet_over_free_motion_and_when_no_motion_is_asked(robot_cfg) -> None:
+    """A moving arm is never suspect for a window, and a frozen arm the policy asks nothing of (zero motion, the
+    gripper only) is no fault: nothing was dropped that mattered."""
+    served = Served(robot_cfg)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0), max_episode_steps=30)
+    try:
+        wave, obs = Wave(served), env.reset(seed=4)[0]
+        unconfirmed = []
+        for _ in range(30):
+            obs, _, terminated, truncated, info = env.step(wave.select_action(obs))
+            unconfirmed.append(info["unconfirmed_steps"])
+        assert truncated and not terminated and max(unconfirmed) < robot_cfg.follow_window + FOLLOW_SLACK
+    finally:
+        env.close()
+        served.close()
+    served = Served(robot_cfg, freeze_after_s=0.05)
+    env = RobotEnv(robot_cfg, ObsLayout.from_slices(layout(), control_hz=20.0), max_episode_steps=20)
+    try:
+        env.reset(seed=5)
+        for i in range(20):
+            info = env.step(np.array([0.0, 0.0, 0.0, 1.0 if (i // 3) % 2 else -1.0]))[4]
+        assert served.node.frozen and info["unconfirmed_steps"] == FOLLOW_SLACK
     finally:
         env.close()
         served.close()

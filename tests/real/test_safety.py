@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from robot_rl.limits import REPORT_TOL, KeepOutBox, Limiter, SafetyConfig, SlowZone, quat_angle, segment_box_entry
 from robot_rl.real.config import load_robot_config
-from robot_rl.real.safety import RobotState, SafetyFilter, quat_normalize
+from robot_rl.real.safety import FOLLOW_RATIO, FOLLOW_SLACK, FollowWatchdog, RobotState, SafetyFilter, quat_normalize
 
 DT = 0.1
 CFG = SafetyConfig(
@@ -236,3 +236,35 @@ def test_slow_zones_load_from_a_robot_config_and_bad_ones_are_refused() -> None:
     assert cfg.safety.slow_zones[0].hi[2] == 0.125 and cfg.safety.slow_zones[0].max_velocity == 0.1
     with pytest.raises(ValueError, match="slow_zones"):
         load_robot_config("sim", [zone.replace("0.125", "-0.1")])
+
+
+def test_follow_watchdog_fires_after_a_window_of_commands_the_arm_did_not_follow() -> None:
+    dog = FollowWatchdog(window=3, tolerance=0.03, contact_n=10.0)
+    assert [dog.update(0.02, 0.0, 0.0) for _ in range(2)] == [None, None] and dog.unconfirmed == 2 + FOLLOW_SLACK
+    assert dog.update(0.02, 0.001, 0.0) == "not_following: commanded 60 mm over 3 steps, moved 1.0 mm"
+
+
+@pytest.mark.parametrize(
+    ("commanded", "moved", "force_n", "why"),
+    [
+        (0.0, 0.0, 0.0, "a hold, a workspace clip to nothing, a gripper-only action: nothing was asked"),
+        (0.009, 0.0, 0.0, "under tolerance / window: the policy asks for ~0 motion"),
+        (0.02, FOLLOW_RATIO * 0.02, 0.0, "the arm followed a fifth of it: lagging, not stopped"),
+        (0.02, 0.0, 12.0, "pressed into something: a stall in contact is legitimate"),
+    ],
+)
+def test_follow_watchdog_never_counts_a_step_that_asked_nothing_moved_or_touched(commanded, moved, force_n, why):
+    dog = FollowWatchdog(window=3, tolerance=0.03, contact_n=10.0)
+    dog.update(0.02, 0.0, 0.0)
+    dog.update(0.02, 0.0, 0.0)
+    assert dog.update(commanded, moved, force_n) is None and dog.unconfirmed == FOLLOW_SLACK, why
+    off = FollowWatchdog(0, 0.0, 0.0)
+    assert off.update(1.0, 0.0, 0.0) is None and off.unconfirmed == 0
+
+
+def test_follow_keys_load_from_a_robot_config_and_bad_ones_are_refused() -> None:
+    cfg = load_robot_config("sim", ["follow_window=4", "follow_tolerance_m=0.02"])
+    assert (cfg.follow_window, cfg.follow_tolerance_m, cfg.follow_contact_n) == (4, 0.02, 3.0)
+    for bad in ("follow_window=1", "follow_window=-1", "follow_tolerance_m=-0.1", "follow_contact_n=-1"):
+        with pytest.raises(ValueError, match="follow_"):
+            load_robot_config("sim", [bad])
