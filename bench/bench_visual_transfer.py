@@ -34,6 +34,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +241,12 @@ if __name__ == "__main__":
     p.add_argument("--cells-seed", type=int, default=None, help="the fresh cells' seed (default: drawn now, printed)")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
+    from common import provenance, run_name, write_run
+
+    started = time.time()
     result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out,
                   overrides=tuple(a.set), cells=a.cells, cells_seed=a.cells_seed)  # fmt: skip
     print(to_markdown(result))
+    tag = "quick" if a.quick else "checkpoints" if a.checkpoint else "full"
+    print(write_run(a.out, "visual_transfer", run_name(tag, started), {"argv": sys.argv[1:]}, result, started,
+                    time.time() - started, provenance()))  # fmt: skip
