@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from robot_rl.demos.interop.session import METADATA
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
 from robot_rl.transport import TopicQos, Transport, typesys
 
 log = logging.getLogger("robot_rl.record")
+METADATA = "robot_rl.session"  # the MCAP metadata record naming each topic's role (`demos/interop/session.py`)
 
 RECORD_QOS = TopicQos(reliable=False, depth=200)
 # The robot's status is latched (the sim robot publishes it transient-local): a latched reader gets the state the

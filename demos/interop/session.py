@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,11 @@ import numpy as np
 
 from robot_rl.demos.interop.rosbag import CONVERTERS, _align
 from robot_rl.demos.store import EpisodeStore
-from robot_rl.transport import typesys
+from robot_rl.real.record import METADATA
 
 __all__ = ["METADATA", "Recording", "import_session", "read_session"]
 
 log = logging.getLogger("robot_rl.convert")
-METADATA = "robot_rl.session"  # the MCAP metadata record naming each topic's role
 _SKIPPED = ("reset", "reset_done", "estop", "status")  # events, not streams sampled per step
 
 
@@ -49,7 +49,16 @@ class Recording:
         self.messages: dict[str, list[tuple[int, int, bytes]]] = {t: [] for t in types}
 
     def decoded(self, topic: str) -> list[tuple[int, int, Any]]:
-        return [(lt, pt, typesys.deserialize(raw, self.types[topic])) for lt, pt, raw in self.messages[topic]]
+        cdr, ros_type = _typestore().deserialize_cdr, self.types[topic]
+        return [(lt, pt, cdr(memoryview(raw), ros_type)) for lt, pt, raw in self.messages[topic]]
+
+
+@cache
+def _typestore() -> Any:
+    """The standard ROS 2 types (a session records no robot_rl_msgs), from rosbags as `convert rosbag` reads them."""
+    from rosbags.typesys import Stores, get_typestore
+
+    return get_typestore(Stores.ROS2_JAZZY)
 
 
 def read_session(path: str | os.PathLike[str]) -> Recording:

@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,10 +147,9 @@ class Evaluations:
     tensorboard. A run is judged by the last scene's result: the nominal scene's where the run randomises
     (`loop/trainer.py`)."""
 
-    def __init__(self, cell: Cell, policy: torch.nn.Module, seed: int, log: EvalLog, writer: SummaryWriter,
-                 goal: float) -> None:  # fmt: skip
-        """`goal`: the success rate that ends the run (`loop.stop_at_success`), for the summary's `goal_reached`."""
-        self.cell, self.policy, self.log, self.writer, self.goal = cell, policy, log, writer, goal
+    def __init__(self, cell: Cell, policy: torch.nn.Module, seed: int, log: EvalLog, writer: SummaryWriter) -> None:
+        self.cell, self.policy, self.log, self.writer = cell, policy, log, writer
+        self.goal = cell.cfg.loop.stop_at_success  # the success that ends the run, once confirmed (`confirms`)
         self.seed = 1_000_000 + 1000 * seed
 
     def run(
@@ -175,6 +175,19 @@ class Evaluations:
             for k in ("success_rate", "mean_return", "mean_length"):
                 self.writer.add_scalar(f"eval/{scene}{k}", getattr(r, k), counters["env_steps"])
         return list(scenes.values())[-1]
+
+    def confirms(self, fresh: EvalResult | None, crossed: float, step: int, say: Callable[[str], None]) -> bool:
+        """Whether `fresh`, the fresh-seed evaluation after a crossing of the goal (`crossed` at env step `step`),
+        holds it; says so either way. Without one (`loop.confirm_episodes` 0, or no env to evaluate in) the crossing
+        stands."""
+        said = f"eval success {crossed:.2f} >= {self.goal} at step {step}"
+        if fresh is None:
+            say(f"{said}: stopping")
+            return True
+        (lo, hi), ok = fresh.success_ci, fresh.success_rate >= self.goal
+        say(f"{said}; on {fresh.episodes} fresh episodes {fresh.success_rate:.2f} [{lo:.2f}, {hi:.2f}]: "
+            + ("confirmed, stopping" if ok else "not confirmed, training on"))  # fmt: skip
+        return ok
 
     def confirm_seed(self) -> int:
         """The first seed of the next confirmation: apart from the periodic evaluations' and each other's."""

@@ -124,8 +124,7 @@ class TrainingRun:
     def _start_logging(self, resumed: bool) -> None:
         self.writer = SummaryWriter(str(self.run_dir / "tb"))
         log = EvalLog(self.run_dir, self.state.updates if resumed else None)
-        policy = copy.deepcopy(self.algo.policy).cpu()
-        self.evals = Evaluations(self.cell, policy, self.cfg.seed, log, self.writer, self.cfg.loop.stop_at_success)
+        self.evals = Evaluations(self.cell, copy.deepcopy(self.algo.policy).cpu(), self.cfg.seed, log, self.writer)
         self.last_eval = float("nan")
         self._counts = (0, 0)  # the actor's (steps, intervened steps) at the last evaluation
         self.done = False
@@ -158,14 +157,12 @@ class TrainingRun:
             self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers, self.layouts
         )
 
-    def evaluate(self, episodes: int, robot_minutes: float = 0.0, confirm: bool = False, **extra: float
-                 ) -> EvalResult | None:  # fmt: skip
+    def evaluate(self, episodes: int, robot_minutes: float = 0.0, **extra: float) -> EvalResult | None:
         """The current policy's evaluation (`Evaluations.run`); `extra`: more entries for its log."""
         learner = self.learner
         counters = {"env_steps": learner.env_steps, "sim_steps": learner.sim_steps, "updates": learner.updates,
                     "wall_clock_s": round(self.wall_clock_s, 1)}  # fmt: skip
-        weights = learner.policy_weights()
-        return self.evals.run(weights, counters, self.state, episodes, robot_minutes, confirm, **extra)
+        return self.evals.run(learner.policy_weights(), counters, self.state, episodes, robot_minutes, **extra)
 
     def after_step(self, stats: EpisodeStats) -> None:
         """Logging, checkpoints, evaluation and the stopping rule, at their env-step multiples."""
@@ -190,24 +187,10 @@ class TrainingRun:
                                 **self._refit_counts())  # fmt: skip
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
-            if self.last_eval >= loop.stop_at_success and self._confirmed(step):
-                self.done = True
+            if self.last_eval >= loop.stop_at_success:  # confirmed on fresh seeds (`Evaluations.confirms`)
+                fresh = self.evaluate(loop.confirm_episodes, confirm=True) if loop.confirm_episodes else None
+                self.done = self.evals.confirms(fresh, self.last_eval, step, self.bar.write)
         self._check_budget()
-
-    def _confirmed(self, step: int) -> bool:
-        """Whether `loop.confirm_episodes` fresh-seed episodes confirm the crossing of `loop.stop_at_success` just
-        seen; says so either way. Without a confirmation (0 episodes, or no env to evaluate in) the crossing stands."""
-        loop = self.cfg.loop
-        said = f"eval success {self.last_eval:.2f} >= {loop.stop_at_success} at step {step}"
-        res = self.evaluate(loop.confirm_episodes, confirm=True) if loop.confirm_episodes else None
-        if res is None:
-            self.bar.write(f"{said}: stopping")
-            return True
-        lo, hi = res.success_ci
-        ok = res.success_rate >= loop.stop_at_success
-        self.bar.write(f"{said}; on {res.episodes} fresh episodes {res.success_rate:.2f} [{lo:.2f}, {hi:.2f}]: "
-                       + ("confirmed, stopping" if ok else "not confirmed, training on"))  # fmt: skip
-        return ok
 
     def _changed(self, step: int) -> bool:
         if self.evals.changed(self.learner.updates):

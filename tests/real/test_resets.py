@@ -19,6 +19,7 @@ from robot_rl.loop.actor import Actor
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.real.robot import RobotEnv, SafetyStop, envelope_states
+from robot_rl.real.safety import FOLLOW_SLACK
 from robot_rl.transport import LATCHED_QOS, TransportConfig, make_transport
 from robot_rl.types import ObsLayout
 
@@ -105,7 +106,9 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
         time.sleep(0.1)
         release.start()  # the person releases it a second later; until then the actor retries the reset
         t0 = time.monotonic()
-        ts += [actor.step() for _ in range(8)]
+        # the follow watchdog keeps a robot episode's newest FOLLOW_SLACK transitions back until the arm is seen to
+        # have followed them: the aborted episode hands those out first, then the new one runs its 8 steps
+        ts += [actor.step() for _ in range(8 + FOLLOW_SLACK)]
         waited = time.monotonic() - t0
     finally:
         release.cancel()
@@ -113,13 +116,13 @@ def test_an_estop_mid_episode_aborts_it_without_a_terminal_transition_or_a_stitc
         tx.close()
         served.close()
     assert actor.stats.aborted == 1 and actor.stats.episodes == 1 and waited >= 0.8
-    assert not any(t.terminated for t in ts[:3]) and ts[-1].truncated  # the new episode ran to its time limit
+    first_new = 3 + FOLLOW_SLACK
+    assert not any(t.terminated for t in ts[:first_new]) and ts[-1].truncated  # the new episode ran to its limit
     # The aborted episode's last next obs is not the new episode's first obs: the buffer starts a new sequence
     # there instead of stitching the new start onto the old end.
     buf = ReplayBuffer(64)
     for t in ts:
         buf.add(t)
-    first_new = 3
     assert not np.array_equal(ts[first_new - 1].next_obs["state"], ts[first_new].obs["state"])
     assert buf.valid.sum() == len(ts)
     before, first = np.flatnonzero(buf.valid)[first_new - 1 : first_new + 1]
