@@ -63,7 +63,7 @@ from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
 from robot_rl.sim.cells import draw_cell
-from robot_rl.sim.config import EnvConfig, RandomizationConfig, VisualConfig
+from robot_rl.sim.config import EnvConfig, RandomizationConfig, randomization_config
 from robot_rl.transport import LATCHED_QOS, Transport, TransportConfig, make_transport
 
 log = logging.getLogger("robot_rl.sim_robot")
@@ -113,10 +113,8 @@ def load_cell(spec: str) -> dict[str, Any]:
     if bad := set(raw) - set(_CELL_KEYS):
         raise ConfigError(f"--cell {spec}: unknown keys {sorted(bad)}; a cell has {list(_CELL_KEYS)}")
     out = {k: v for k, v in raw.items() if k != "randomization"}
-    rand = dict(raw.get("randomization") or {})
     try:
-        rand["visual"] = VisualConfig(**(rand.get("visual") or {}))
-        out["randomization"] = RandomizationConfig(**rand)
+        out["randomization"] = randomization_config(raw.get("randomization") or {})
     except TypeError as e:
         raise ConfigError(f"--cell {spec}: randomization: {e}") from None
     for key in ("camera_shift", "camera_turn"):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from robot_rl.sim.config import RandomizationConfig, VisualConfig, nominal
+from robot_rl.sim.config import RandomizationConfig, VisualConfig, nominal, randomization_config
 
 MARGIN = 0.2  # a drawn value lies this fraction of its range's width beyond the range, up to 1.5 times that
 LATENCY_S = (0.02, 0.05)  # seconds of command latency: a driver's path; camera runs train with none
@@ -41,9 +41,7 @@ _OBJECT_MOVES = ((0, -1), (2, 1))
 def preset(name: str) -> RandomizationConfig:
     """configs/randomization/<name>.yaml as a `RandomizationConfig` (a visual preset sits under env.randomization)."""
     raw = yaml.safe_load((resources.files("robot_rl.configs") / "randomization" / f"{name}.yaml").read_text()) or {}
-    raw = dict(raw.get("env", {}).get("randomization", raw))
-    raw["visual"] = VisualConfig(**raw.get("visual", {}))
-    return RandomizationConfig(**raw)
+    return randomization_config(raw.get("env", {}).get("randomization", raw))
 
 
 def draw_cell(seed: int, visual: str | RandomizationConfig = "visual", physics: str | RandomizationConfig = "robust",

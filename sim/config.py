@@ -151,6 +151,13 @@ class RandomizationConfig:
     visual: VisualConfig = field(default_factory=VisualConfig)
 
 
+def randomization_config(raw: dict[str, Any]) -> RandomizationConfig:
+    """A `RandomizationConfig` from plain values (a preset's or a cell's yaml), its `visual` entry included."""
+    raw = dict(raw)
+    raw["visual"] = VisualConfig(**(raw.get("visual") or {}))
+    return RandomizationConfig(**raw)
+
+
 def nominal(cfg: RandomizationConfig, **shift: Any) -> RandomizationConfig:
     """No randomisation (or only `shift`) for a policy trained with `cfg`: the fields that shape what it observes
     rather than the world it acts in carry over to any evaluation of its checkpoint."""
