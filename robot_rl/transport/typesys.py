@@ -24,24 +24,16 @@ _rosbags_store.TIDMAP["char"] = _rosbags_store.TIDMAP["uint8"]
 # Bump on any change to robot_rl_msgs or to how transitions/weights are packed into them.
 SCHEMA_VERSION = 2
 
-_OWN_PACKAGE = "robot_rl_msgs"
-_OWN_TYPES = (
-    "ArrayField",
-    "BulkEndpoint",
-    "CameraFrames",
-    "TransitionBatch",
-    "WeightsAnnouncement",
-    "WeightsChunk",
-    "EpisodeSummary",
-)
-
 STORES = {"jazzy": Stores.ROS2_JAZZY, "humble": Stores.ROS2_HUMBLE}
 
 
 def own_msg_definitions() -> dict[str, str]:
-    """The shipped .msg files, keyed by ROS type name; what a colcon package would be built from."""
-    root = resources.files("robot_rl.transport.msgs") / _OWN_PACKAGE / "msg"
-    return {f"{_OWN_PACKAGE}/msg/{n}": (root / f"{n}.msg").read_text() for n in _OWN_TYPES}
+    """Every shipped .msg file, keyed by ROS type name: robot_rl_msgs and the driver packages' subsets (their
+    srv/action types have no topic of ours, so rosbags need not know them); what the colcon packages are built from."""
+    root = resources.files("robot_rl.transport.msgs")
+    return {f"{pkg.name}/msg/{f.name[:-4]}": f.read_text()
+            for pkg in sorted(root.iterdir(), key=lambda p: p.name) if (pkg / "msg").is_dir()
+            for f in sorted((pkg / "msg").iterdir(), key=lambda p: p.name) if f.name.endswith(".msg")}  # fmt: skip
 
 
 @cache
@@ -50,7 +42,8 @@ def typestore(distro: str = "jazzy") -> Typestore:
     store = get_typestore(STORES[distro])
     defs: dict[str, Any] = {}
     for name, text in own_msg_definitions().items():
-        defs.update(get_types_from_msg(text, name))
+        if name not in store.fielddefs:  # a distro store may carry a driver package's type already
+            defs.update(get_types_from_msg(text, name))
     store.register(defs)
     return store
 
