@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from robot_rl.errors import UserError
 from robot_rl.limits import SafetyConfig
+from robot_rl.real.drivers import DRIVERS
 from robot_rl.types import cell_state
 
 ROBOTS = ("sim", "franka", "ur5e")
@@ -141,6 +142,9 @@ class RobotConfig:
     # Above a held object's weight and a wrench's noise, under what a stalled arm presses with (the sim arm: 8 N
     # with a peg pressed on its block).
     follow_contact_n: float = 3.0
+    # The stock driver behind the topics (`real/drivers.py`): franka | ur5e read its status, faults and stops and
+    # recover at reset through its services; "" a robot that reports on `status_topic` (the sim robot).
+    driver: str = ""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     gripper_bridge: GripperBridgeConfig = field(default_factory=GripperBridgeConfig)
 
@@ -181,6 +185,8 @@ def check_robot_config(cfg: RobotConfig) -> None:
         raise ValueError(f"reset must be one of {RESET_MODES}, got {cfg.reset!r}")
     if cfg.wrench_frame not in WRENCH_FRAMES:
         raise ValueError(f"wrench_frame must be one of {WRENCH_FRAMES}, got {cfg.wrench_frame!r}")
+    if cfg.driver and cfg.driver not in DRIVERS:
+        raise ValueError(f"driver must be one of {', '.join(DRIVERS)} or empty, got {cfg.driver!r}")
     if cfg.scene_reset not in SCENE_RESETS:
         raise ValueError(f"scene_reset must be one of {SCENE_RESETS}, got {cfg.scene_reset!r}")
     if cfg.gripper_max_width == cfg.gripper_closed:

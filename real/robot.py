@@ -35,6 +35,7 @@ import numpy as np
 from robot_rl.errors import UserError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, proprio_layout
+from robot_rl.real.drivers import make_link
 from robot_rl.real.safety import POLICY_FAULTS, FollowWatchdog, RobotState, SafeCommand, SafetyFilter
 from robot_rl.real.timing import ArmClock, RateKeeper, StreamClock
 from robot_rl.transport import LATCHED_QOS, Subscription, TopicQos, Transport, TransportConfig, make_transport
@@ -260,7 +261,9 @@ class RobotEnv(gym.Env):
         # Robots that report their own hold (the sim robot; drivers that do not publish it leave this silent).
         self._status_sub = self.tx.subscription(cfg.status_topic, msgs.STRING, LATCHED_QOS)
         self._robot_estop = False
-        self._robot_hold: str | None = None  # the robot's own hold other than the e-stop (watchdog, force limit)
+        self._status_hold: str | None = None  # a hold on our status topic other than the e-stop (the sim robot's)
+        self._robot_hold: str | None = None  # the robot's own hold: the status topic's or the stock driver's
+        self._driver = make_link(cfg)  # a stock driver's status, faults and recovery (real/drivers.py)
         self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
         cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
         self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
@@ -309,7 +312,8 @@ class RobotEnv(gym.Env):
             if self._robot_estop:
                 self.safety.estop("estop held by the robot")
             held = text.startswith("hold: ") and not text.startswith("hold: estop")
-            self._robot_hold = text.removeprefix("hold: ") if held else None
+            self._status_hold = text.removeprefix("hold: ") if held else None
+        self._robot_hold = self._status_hold or (self._driver.poll() if self._driver is not None else None)
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
 
@@ -656,6 +660,8 @@ class RobotEnv(gym.Env):
             self._wait_for(cleared, "release reported by the robot", _ROBOT_CLEARS_S)
         if self._estop.pressed or self._robot_estop:
             raise SafetyStop("e-stop is pressed; release it (`robot-rl estop release`) to continue")
+        if self._driver is not None and self._robot_hold is not None:
+            self._driver.recover(self.operator_prompt)  # before the home move: a stopped arm takes no commands
         self.safety.reset()
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31))
@@ -752,5 +758,7 @@ class RobotEnv(gym.Env):
                 self._poll()
 
     def close(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
         if self._own_transport:
             self.tx.close()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import importlib
 import itertools
 import json
 import logging
@@ -59,6 +60,7 @@ from robot_rl.envs import make_env
 from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
+from robot_rl.real.drivers import DRIVERS, make_face
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
@@ -154,6 +156,9 @@ class SimRobotConfig:
     # commands while its state and an "ok" status stream on, as a UR protective stop or a halted servo does (what
     # RobotEnv's not-following watchdog must catch); the next reset clears it. 0: never.
     freeze_after_s: float = 0.0
+    # A stock driver's face (`real/drivers.py`: franka | ur5e): its topics, types, frames, services and faults
+    # instead of ours. "": the sim robot's own (our status topic, our gripper topic).
+    driver: str = ""
 
 
 class SimRobot:
@@ -178,8 +183,9 @@ class SimRobot:
         self._fixture = self.model.site("hole_top").id if cfg.task == "PegInsert" else None
         names = robot.joint_names + robot.gripper_joints
         self._joint_names = names
-        self._qadr = np.array([self.model.joint(n).qposadr[0] for n in names])
-        self._dadr = np.array([self.model.joint(n).dofadr[0] for n in names])
+        joints = [self.model.joint(n) for n in self._model_joints(cfg.driver, names)]
+        self._qadr = np.array([j.qposadr[0] for j in joints])
+        self._dadr = np.array([j.dofadr[0] for j in joints])
         # The env clips its mocap target to the task workspace itself; this only bounds twist integration.
         self._ws_lo, self._ws_hi = np.asarray(robot.safety.workspace_lo), np.asarray(robot.safety.workspace_hi)
         self.rng = np.random.default_rng(cfg.seed)
@@ -233,12 +239,21 @@ class SimRobot:
         self._status = ""
         self._status_sent = 0.0
         self.ticks = 0
+        self.face = make_face(cfg.driver, self)
         self._reset_scene(cfg.seed)
 
     # ------------------------------------------------------------------------------------------ helpers
 
     def tcp(self) -> np.ndarray:
         return self.data.site_xpos[self._tcp_site].copy()
+
+    @staticmethod
+    def _model_joints(driver: str, names: list[str]) -> list[str]:
+        """The sim arm's joints behind a robot config's names: its own, or a driver module's `MODEL_JOINTS` map."""
+        if not driver:
+            return names
+        mapping = importlib.import_module(DRIVERS[driver]).MODEL_JOINTS
+        return [mapping.get(n, n) for n in names]
 
     def _reset_scene(self, seed: int) -> None:
         self.model.cam_fovy[:] = self._fovy
@@ -278,6 +293,7 @@ class SimRobot:
             self._twist[:] = 0.0
             self._pending.clear()
             log.warning("holding: %s", reason)
+            self.face.on_hold(reason)
 
     def _drain(self, now: float) -> tuple[int, int]:
         """Queue what arrived (to act `latency_s` after `now`); (Cartesian commands, gripper commands) taken."""
@@ -305,7 +321,7 @@ class SimRobot:
     def _apply_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:
             _, kind, m = self._pending.popleft()
-            if self.hold_reason is not None or (self.frozen and kind == "cmd"):
+            if self.hold_reason is not None or (kind == "cmd" and (self.frozen or not self.face.takes_commands())):
                 continue
             if kind == "gripper":
                 if np.isfinite(m.data):
@@ -354,7 +370,7 @@ class SimRobot:
         if self._fixture is not None:
             out["fixture"] = msgs.pose_stamped(d.site_xpos[self._fixture], np.array([1.0, 0.0, 0.0, 0.0]), stamp,
                                                r.base_frame)  # fmt: skip
-        for key, m in out.items():
+        for key, m in self.face.state(out, stamp).items():
             self._send(key, self._pubs[key], m, stamp, jitter)
         if render:
             self._next_frame = stamp + 1.0 / self.cfg.camera_hz
@@ -369,6 +385,9 @@ class SimRobot:
         self._last_publish = time.monotonic()
 
     def _publish_status(self, now: float) -> None:
+        self.face.tick(now)
+        if self.cfg.driver:  # a stock driver reports through its own topics (the face's)
+            return
         status = "ok" if self.hold_reason is None else f"hold: {self.hold_reason}"
         if self.hold_reason == "estop" and not self._estop.pressed:
             status = "hold: estop released, waiting for a reset"  # a deploy node may reset now
@@ -454,6 +473,7 @@ class SimRobot:
         log.info("sim robot stopped after %d ticks; %s", self.ticks, rate.stats())
 
     def close(self) -> None:
+        self.face.close()
         if self._renderer is not None:
             self._renderer.close()
         self.env.close()

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--object-range", type=float, nargs=2, default=None, metavar=("X_M", "Y_M"),
                    help="object (PegInsert: the hole) start offset +- around the task's spot; 0 0 pins it")  # fmt: skip
     p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
+    p.add_argument("--driver", default=None, choices=("", "franka", "ur5e"),
+                   help="serve a stock driver's topics, services and faults (real/drivers.py); default: the robot "
+                        "config's `driver` ('' for our own topics)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
     renamed_flag(p, "--hz", "--physics-hz", type=float)
@@ -77,7 +80,8 @@ def main(argv: list[str]) -> int:
         task=task, physics_hz=ns.physics_hz, command_timeout_s=ns.command_timeout,
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
-        control_hz=ns.control_hz or robot.control_hz, arm=ns.arm, **cell,
+        control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,
+        driver=robot.driver if ns.driver is None else ns.driver, **cell,
     )  # fmt: skip
     serve_sim_robot(cfg, robot, ns.duration, ns.cell)
     return 0

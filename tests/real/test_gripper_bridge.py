@@ -62,7 +62,7 @@ def test_openings_become_action_goals_on_change_only(domain: int) -> None:
 
 
 def test_a_driver_action_that_is_not_installed_is_a_one_line_error() -> None:
-    with pytest.raises(UserError, match="not installed.*control_msgs"):
-        action_class("control_msgs/action/GripperCommand")
+    with pytest.raises(UserError, match="not installed.*robotiq_msgs"):
+        action_class("robotiq_msgs/action/GripperCommand")
     with pytest.raises(UserError, match="expected <package>/action/<Name>"):
         action_class("std_msgs/msg/Float64")

@@ -1,0 +1,84 @@
+"""Stock drivers beyond their state topics: what each says about faults and stops, how it recovers, and a stand-in.
+
+A robot config's `driver` (franka | ur5e | "": a robot that speaks only our topics, the sim robot) picks two faces
+of one driver, each in that driver's module (`real/franka.py`, `real/ur.py`):
+- `DriverLink`, the robot side: `RobotEnv` polls it every step for the driver's own hold (Franka robot mode and
+  hardware state, UR safety mode and program state, MoveIt Servo's status) and asks it to recover at reset (the
+  driver's services where it offers them, a one-line prompt where it does not).
+- `StandinFace`, the sim side: `sim-robot --driver NAME` serves the sim arm with that driver's topics, types, QoS,
+  frames, services and fault behaviour, read from the driver's sources, so tests and benches meet what a lab's
+  robot PC runs.
+A hold reason that starts with one of the robot config's `policy_holds` (a force reflex) is the policy's safety
+failure; any other (a fault, a protective stop, a halted servo) aborts the episode, which is re-run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from robot_rl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from robot_rl.real.config import RobotConfig
+    from robot_rl.real.sim_robot import SimRobot
+
+DRIVERS = {"franka": "robot_rl.real.franka", "ur5e": "robot_rl.real.ur"}
+
+
+class DriverLink:
+    """The robot side of a stock driver (`RobotEnv` owns one per env; its own rclpy node where it needs services)."""
+
+    def __init__(self, cfg: RobotConfig) -> None:
+        self.cfg = cfg
+
+    def poll(self) -> str | None:
+        """The driver's hold now, as one line (None: the driver lets the arm move)."""
+        return None
+
+    def recover(self, prompt: Any) -> None:
+        """At reset, while `poll()` reports a hold: clear it with the driver's services, or ask the person at the
+        robot through `prompt(text)` (a terminal's `input`) where the driver offers none."""
+
+    def close(self) -> None:
+        """Release the link's node and threads."""
+
+
+class StandinFace:
+    """The sim side of a stock driver: `SimRobot` calls these hooks; the base face is the sim robot's own."""
+
+    def __init__(self, robot: SimRobot) -> None:
+        self.robot = robot
+
+    def takes_commands(self) -> bool:
+        """Whether the arm acts on Cartesian commands now (a protective stop or a halted servo drops them)."""
+        return True
+
+    def state(self, out: dict[str, Any], stamp: float) -> dict[str, Any]:
+        """The state messages to publish this tick (publisher key -> message), in the driver's shape."""
+        return out
+
+    def on_hold(self, reason: str) -> None:
+        """The arm was just held (force limit, command watchdog)."""
+
+    def tick(self, now: float) -> None:
+        """Once per loop iteration: the driver's own services, actions, status topics and timers."""
+
+    def close(self) -> None:
+        """Release the face's node and threads."""
+
+
+def _module(name: str) -> Any:
+    if name not in DRIVERS:
+        raise ConfigError(f"driver={name!r}: expected one of {', '.join(DRIVERS)} or empty (our own topics)")
+    return importlib.import_module(DRIVERS[name])
+
+
+def make_link(cfg: RobotConfig) -> DriverLink | None:
+    """The robot config's driver link; None for a robot that reports through our status topic."""
+    return _module(cfg.driver).Link(cfg) if cfg.driver else None
+
+
+def make_face(name: str, robot: SimRobot) -> StandinFace:
+    """`sim-robot --driver NAME`'s face; the sim robot's own for ""."""
+    return _module(name).Standin(robot) if name else StandinFace(robot)
