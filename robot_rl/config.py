@@ -187,6 +187,9 @@ class TrainConfig:
     # (a robot run from its sim policy: docs/sim_to_real.md). Its layout must be this run's; optimisers and replay
     # start fresh, the trunks are not pretrained again. Ignored on a resume, whose checkpoint holds them all.
     init_from: str = ""
+    # A robot run records its session (the arm's topics and our commands, as they went over the wire) to this rosbag2
+    # MCAP file: `ros2 bag`, Foxglove and `robot-rl convert session` open it (real/record.py). "": none.
+    record: str = ""
 
     @property
     def keys_count(self) -> bool:
@@ -377,6 +380,8 @@ def _robot_problem(cfg: TrainConfig) -> str:
         return f"{where}: only {_which(lambda a: a.on_robot)} trains on a robot so far (got algo={cfg.algo})"
     if cfg.env.obs == "both":
         return f"{where}: obs=both adds the object's pose, which a robot does not measure: use obs=state or pixels"
+    if cfg.record and not cfg.record.endswith(".mcap"):
+        return f"record={cfg.record}: a session recording is a rosbag2 MCAP file; name it FILE.mcap"
     if cfg.env.for_robot:
         return f"{where}: env.for_robot shapes a sim run for an arm; a robot run steps the arm itself (drop it)"
     if cfg.env.sim not in ("auto", "mujoco") or not is_default(cfg.env.randomization):

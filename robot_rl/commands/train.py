@@ -74,6 +74,7 @@ COMMON_KEYS = {
     "run_dir": "where the run writes (empty: runs/<task>-<obs>-s<seed>-<time>); never overwritten",
     "resume": "a run dir to continue from its latest checkpoint (only loop.* may change)",
     "init_from": "a sim run or checkpoint to start from: actor, critic, camera trunks, normaliser (same layout)",
+    "record": "a robot run records the arm's topics and its commands to this FILE.mcap (ros2 bag, Foxglove)",
     "device": "auto | cpu | cuda[:N]",
     "loop.env_steps": "online env-step budget",
     "loop.eval_every": "env steps between evaluations",

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -51,6 +52,9 @@ class Cell:
 
     def judge_by(self, classifier: RewardClassifier | None) -> None:
         """Where success has no other judge, the run's classifier judges the evaluations."""
+
+    def close(self) -> None:
+        """Release what the cell holds beyond its envs (a robot run's session recording)."""
 
     def scenes(self) -> dict[str, gym.Env]:
         """The envs one evaluation runs, by the prefix of its log entries; the last one is what the run is judged by."""
@@ -139,6 +143,15 @@ class RobotCell(Cell):
         self.arm = make_env(cfg.env, cfg.seed, cfg.robot, "robot_rl_actor") if acting else None
         self.eval_env = self.arm
         self.realtime = not cfg.robot.lockstep
+        self.recorder = None  # `record=FILE.mcap`: the session's topics, from before the arm's first command
+        if cfg.record and acting:
+            from robot_rl.real.record import SessionRecorder
+
+            self.recorder = SessionRecorder(self.arm.unwrapped.tx, cfg.robot, unused_name(Path(cfg.record)))
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
 
     def layouts(self) -> dict[str, ObsLayout]:
         """From the robot config: no arm needed (a learner node has none)."""
@@ -200,7 +213,17 @@ class RobotCell(Cell):
 
     def summary(self, state: RunState, env_steps: int) -> dict:
         return {**super().summary(state, env_steps), "robot": self.cfg.robot.name,
-                "success_judge": success_judge(self.cfg), **self.robot_minutes(state, env_steps)}  # fmt: skip
+                "success_judge": success_judge(self.cfg), **self.robot_minutes(state, env_steps),
+                **({"recording": str(self.recorder.path)} if self.recorder is not None else {})}  # fmt: skip
+
+
+def unused_name(path: Path) -> Path:
+    """`path`, or `stem-N.mcap` with the first free N: a resumed run records its next session beside the first."""
+    name, n = path, 0
+    while name.exists() or name.with_name(name.name + ".part").exists():
+        n += 1
+        name = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return name
 
 
 def demo_arm_s(store: EpisodeStore | None) -> float:

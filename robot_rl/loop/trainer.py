@@ -208,11 +208,12 @@ class TrainingRun:
         `interrupted` (Ctrl-C): no final evaluation, which could take minutes the person just said they do not
         want; the checkpoint is a step one that `resume=` continues from, and the summary says "interrupted"."""
         self.bar.close()
-        cfg, loop, learner = self.cfg, self.cfg.loop, self.learner
+        cfg, loop, learner, lay = self.cfg, self.cfg.loop, self.learner, self.layouts
         final = None if interrupted else self.evaluate(loop.final_eval_episodes, loop.final_eval_robot_minutes)
         ckpt = f"step_{learner.env_steps:08d}" if interrupted else "final"
         self.checkpoint(ckpt, stats.episodes)
         self.writer.close()
+        self.cell.close()  # a robot run's session recording is complete from here
         summary = {
             "status": "interrupted" if interrupted else "finished",
             "task": cfg.env.task, "obs": cfg.env.obs, "seed": cfg.seed, "algo": cfg.algo,
@@ -228,8 +229,7 @@ class TrainingRun:
             "demo_episodes": len(self.store) if self.store is not None else 0,
             **self.cell.summary(self.state, learner.env_steps),
             **self._refit_counts(),
-            "obs_layout": {"state": self.layouts["env"].to_dict()["state"],
-                           "cameras": list(self.layouts["policy"].cameras)},
+            "obs_layout": {"state": lay["env"].to_dict()["state"], "cameras": list(lay["policy"].cameras)},
             "device": str(self.device),
             "run_dir": str(self.run_dir),
             "checkpoint": str(self.ckpt_root / ckpt),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mcap.reader import make_reader
 from real_util import spawn, stop, wait_until
 from safetensors import safe_open
 
@@ -53,7 +54,8 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
     sim = sim_robot(domain)
     try:
         tr = train(domain, f"loop.env_steps={STEPS}", "loop.eval_every=100", "loop.eval_episodes=1",
-                   "loop.final_eval_episodes=2", "loop.checkpoint_every=100", f"run_dir={run}")  # fmt: skip
+                   "loop.final_eval_episodes=2", "loop.checkpoint_every=100", f"run_dir={run}",
+                   f"record={tmp_path / 'session.mcap'}")  # fmt: skip
         out, err = tr.communicate(timeout=120)
         assert tr.returncode == 0, err[-3000:]
         # The checkpoint deploys on the same arm with no sim task behind it (it observes the robot's layout).
@@ -69,6 +71,11 @@ def test_train_on_the_sim_robot_checkpoints_evaluates_through_robot_env_without_
     assert summary["status"] == "finished" and summary["env_steps"] == STEPS and summary["updates"] == STEPS
     assert summary["robot"] == "sim" and summary["env"] == "RobotEnv" and summary["reward_source"] == "success topic"
     assert summary["demo_episodes"] == 0
+    # The session recording holds every command the run sent: training, 3 evaluations of 50 steps, home moves.
+    assert summary["recording"] == str(tmp_path / "session.mcap")
+    with open(tmp_path / "session.mcap", "rb") as f:
+        topics = [c.topic for _, c, _ in make_reader(f).iter_messages()]
+    assert topics.count("/robot_rl/ee_target") >= STEPS + 4 * EPISODE
     assert [e["env_steps"] for e in summary["evals"]] == [100, 200, 200]
     assert all(e["mean_length"] == EPISODE for e in summary["evals"])  # a random policy never lifts the cube
     for name in ("step_00000100", "step_00000200", "final"):
