@@ -1,0 +1,334 @@
+"""The actor-learner data plane on Zenoh: transitions acknowledged once taken, weights pulled by version, one run id.
+
+Why Zenoh (eclipse-zenoh, issue #56): query/reply gives each transition batch an end-to-end acknowledgement, actors
+dial out to the learner (client mode: a robot PC needs no open port), TLS with a shared CA authenticates both ends,
+and liveliness tokens say who is there. ROS 2 / DDS stays inside each robot cell.
+
+Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed:
+- `transitions/<actor id>`: an actor's query carries one `TransitionBatch` (the ROS CDR the bulk channel sends); the
+  learner replies `ack` once the caller of `Receiver.poll_batches` has taken the batch (the next poll, after it went
+  into replay), or an error naming why it was refused. An actor keeps at most `credits` batches unanswered, resends
+  one whose answer timed out (the learner counts a repeat by its sequence number, once), and blocks when the learner
+  stops taking data: nothing is dropped silently.
+- `weights`: the learner's queryable answers with its newest blob (safetensors, sha256 and version attached);
+  `weights/version` is a small put of each new version, so actors know their lag and fetch only when they act on it.
+- `alive/<role>/<id>`: liveliness tokens (presence instead of latched endpoints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import zenoh
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from robot_rl.transport import typesys
+from robot_rl.transport.base import BackpressureTimeout, log
+from robot_rl.transport.channels import BATCH_T, ActorState, decode_batch, encode_batch
+from robot_rl.types import Transition
+
+
+@dataclass
+class TlsConfig:
+    """Mutual TLS from one CA: every peer shows a certificate the run's CA signed, so only the run's learner can
+    serve weights to its arms and only its actors can send transitions. PEM file paths."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+
+@dataclass
+class PlaneConfig:
+    run_id: str = ""
+    endpoint: str = "tcp/127.0.0.1:7448"  # where the learner listens and actors dial; tls/HOST:PORT with `tls`
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    credits: int = 8  # batches an actor has in flight unanswered (the bound on its policy lag in batches)
+    ack_timeout_s: float = 10.0  # an unanswered batch is sent again after this long
+
+    @property
+    def prefix(self) -> str:
+        if not self.run_id or any(c in self.run_id for c in "/*$?#"):
+            raise ValueError(f"run id {self.run_id!r}: non-empty, without / * $ ? #")
+        return f"robot_rl/{self.run_id}"
+
+
+def session_config(cfg: PlaneConfig, role: str) -> zenoh.Config:
+    """The learner listens on `endpoint` as a peer; an actor connects to it as a client. No multicast scouting:
+    peers meet only where the config says. A non-loopback endpoint without TLS is refused."""
+    host = cfg.endpoint.split("/", 1)[-1].rsplit(":", 1)[0]
+    secure = cfg.endpoint.startswith("tls/")
+    if not secure and host not in ("127.0.0.1", "localhost", "[::1]"):
+        raise ValueError(f"endpoint {cfg.endpoint}: off loopback the plane needs tls/HOST:PORT and tls.ca/cert/key")
+    conf: dict[str, Any] = {"scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}}}
+    if role == "learner":
+        conf |= {"mode": "peer", "listen": {"endpoints": [cfg.endpoint]}}
+    else:
+        conf |= {"mode": "client", "connect": {"endpoints": [cfg.endpoint]}}
+    if secure:
+        t = cfg.tls
+        if not (t.ca and t.cert and t.key):
+            raise ValueError(f"endpoint {cfg.endpoint}: tls needs tls.ca, tls.cert and tls.key")
+        conf["transport"] = {"link": {"tls": {
+            "root_ca_certificate": t.ca, "enable_mtls": True, "listen_private_key": t.key,
+            "listen_certificate": t.cert, "connect_private_key": t.key, "connect_certificate": t.cert,
+        }}}  # fmt: skip
+    return zenoh.Config.from_json5(json.dumps(conf))
+
+
+@dataclass
+class Peer:
+    """A session and its presence token `alive/<role>/<name>`: the token lives as long as the peer."""
+
+    session: zenoh.Session
+    token: Any
+
+    def close(self) -> None:
+        self.token.undeclare()
+        self.session.close()
+
+
+def open_session(cfg: PlaneConfig, role: str, name: str) -> Peer:
+    """ConnectionError, one line, when an actor cannot reach its learner: not listening, or TLS refused a peer whose
+    certificate the run's CA did not sign."""
+    try:
+        session = zenoh.open(session_config(cfg, role))
+    except zenoh.ZError as e:
+        raise ConnectionError(f"{role} {name}: no link to {cfg.endpoint} (learner down, or TLS refused): {e}") from None
+    return Peer(session, session.liveliness().declare_token(f"{cfg.prefix}/alive/{role}/{name}"))
+
+
+def present(session: zenoh.Session, cfg: PlaneConfig, role: str = "*", timeout_s: float = 1.0) -> list[str]:
+    """The names of the run's peers with `role` that are there now."""
+    replies = session.liveliness().get(f"{cfg.prefix}/alive/{role}/*", timeout=timeout_s)
+    return sorted(str(r.ok.key_expr).rsplit("/", 1)[-1] for r in replies if r.ok)
+
+
+class Sender:
+    """Actor side, `TransitionSender`'s interface: `add` every step; a batch goes out when full or at episode end."""
+
+    def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, actor_id: str, batch_size: int = 16,
+                 distro: str = "jazzy") -> None:  # fmt: skip
+        self.session, self.cfg, self.task, self.actor_id = session, cfg, task, actor_id
+        self.batch_size, self.distro = batch_size, distro
+        self.key = f"{cfg.prefix}/transitions/{actor_id}"
+        self.policy_version = 0
+        self._pending: list[Transition] = []
+        self._seq = 0
+        self._lock = threading.Condition()
+        self._inflight: dict[int, tuple[bytes, float]] = {}  # first seq -> (payload, sent at)
+        self.acked = self.resent = 0
+        self.refused: list[str] = []
+        self.ack_latencies: deque[float] = deque(maxlen=10_000)
+
+    def add(self, t: Transition) -> None:
+        self.add_nowait(t)
+        if self.batch_full or t.done:
+            self.flush()
+
+    def add_nowait(self, t: Transition) -> None:
+        self._pending.append(t)
+
+    @property
+    def batch_full(self) -> bool:
+        return len(self._pending) >= self.batch_size
+
+    def discard_pending(self) -> int:
+        n = len(self._pending)
+        self._pending.clear()
+        return n
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Sends the pending batch once a credit is free; `BackpressureTimeout` (batch kept) when none frees up
+        within `timeout_s` (default: the ack timeout)."""
+        if not self._pending:
+            return
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self._inflight) < self.cfg.credits,
+                                       self.cfg.ack_timeout_s if timeout_s is None else timeout_s):  # fmt: skip
+                raise BackpressureTimeout(f"{self.key}: {len(self._inflight)} batches unanswered")
+            msg = encode_batch(self._pending, self.task, self.actor_id, self._seq, self.policy_version, self.distro)
+            payload = bytes(typesys.serialize_into(msg, BATCH_T, None, self.distro))
+            self._inflight[self._seq] = (payload, time.monotonic())
+        self._send(self._seq, payload)
+        self._seq += len(self._pending)
+        self._pending.clear()
+
+    def _send(self, seq: int, payload: bytes) -> None:
+        self.session.get(self.key, payload=payload, handler=lambda r: self._answered(seq, r),
+                         timeout=self.cfg.ack_timeout_s)  # fmt: skip
+
+    def _answered(self, seq: int, reply: Any) -> None:
+        with self._lock:
+            entry = self._inflight.get(seq)
+            if entry is None:
+                return
+            if reply.ok:
+                del self._inflight[seq]
+                self.acked += 1
+                self.ack_latencies.append(time.monotonic() - entry[1])
+                self._lock.notify_all()
+                return
+            why = reply.err.payload.to_bytes().decode(errors="replace")
+            if why.startswith("refused"):  # the learner will never take it: counted, reported, not resent
+                del self._inflight[seq]
+                self.refused.append(why)
+                self._lock.notify_all()
+                return
+            self.resent += 1
+        log.warning("%s: batch %d unanswered (%s): sending it again", self.key, seq, why)
+        self._send(seq, entry[0])
+
+    def wait_acked(self, timeout_s: float) -> bool:
+        """Whether every batch sent so far was answered within `timeout_s` (an actor's last words)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._inflight, timeout_s)
+
+
+class Receiver:
+    """Learner side, `TransitionReceiver`'s interface. Queries wait in a bounded queue (`capacity` batches): a
+    learner that stops polling stops answering, and its actors block on their credits."""
+
+    def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, capacity: int = 256,
+                 distro: str = "jazzy") -> None:  # fmt: skip
+        self.cfg, self.task, self.distro = cfg, task, distro
+        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
+        self.actors: dict[str, ActorState] = {}
+        self.repeats = 0  # batches an actor sent again that were already taken (acknowledged, not added twice)
+        self.refused = 0
+        self._taken: list[Any] = []  # queries whose batches the caller took at the last poll: acknowledged next
+
+    def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:
+        return [t for _, ts in self.poll_batches(timeout_s, max_batches) for t in ts]
+
+    def poll_batches(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[tuple[str, list[Transition]]]:
+        """(actor id, transitions) per new batch; acknowledges the previous poll's batches first (the caller put
+        them into replay in between)."""
+        self.ack()
+        out: list[tuple[str, list[Transition]]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < max_batches:
+            query = self.queries.try_recv()
+            if query is None:
+                if out or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.0005)
+                continue
+            if (batch := self._take(query)) is not None:
+                out.append(batch)
+        return out
+
+    def _take(self, query: Any) -> tuple[str, list[Transition]] | None:
+        try:
+            msg = typesys.deserialize(query.payload.to_bytes(), BATCH_T, self.distro)
+            ts = decode_batch(msg, self.task)
+        except Exception as e:  # a malformed or foreign batch: refused with the reason, never half-used
+            self.refused += 1
+            query.reply_err(f"refused: {e}".encode())
+            query.drop()
+            return None
+        st = self.actors.setdefault(msg.actor_id, ActorState(next_seq=msg.first_seq))
+        if msg.first_seq < st.next_seq:  # a resend of a batch already taken: its answer was lost
+            self.repeats += 1
+            self._taken.append(query)
+            return None
+        st.lost += msg.first_seq - st.next_seq  # an actor restarted past what reached us (its own count says why)
+        st.next_seq, st.policy_version = msg.first_seq + msg.size, msg.policy_version
+        st.received += msg.size
+        self._taken.append(query)
+        return msg.actor_id, ts
+
+    def ack(self) -> None:
+        for query in self._taken:
+            query.reply(query.key_expr, b"ack")
+            query.drop()
+        self._taken.clear()
+
+    def close(self) -> None:
+        self.ack()
+        self.queries.undeclare()
+
+
+class WeightsServer:
+    """Learner side, `WeightsPublisher`'s interface: the newest weights answer every fetch; each version is announced
+    by a small put, so N actors cost N fetches of the versions they act on, not N copies of every version."""
+
+    def __init__(self, session: zenoh.Session, cfg: PlaneConfig) -> None:
+        self.cfg = cfg
+        self._newest: tuple[bytes, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+        self.fetches = 0
+        self.queryable = session.declare_queryable(f"{cfg.prefix}/weights", self._serve)
+        self.announce = session.declare_publisher(f"{cfg.prefix}/weights/version")
+
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        blob = st_save({k: v.detach().cpu().contiguous() for k, v in state_dict.items()})
+        meta = {"version": version, "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+        with self._lock:
+            self._newest = (blob, meta)
+        self.announce.put(json.dumps(meta).encode())
+
+    def _serve(self, query: Any) -> None:
+        with self._lock:
+            newest = self._newest
+        if newest is not None:
+            self.fetches += 1
+            query.reply(query.key_expr, newest[0], attachment=json.dumps(newest[1]).encode())
+        query.drop()
+
+
+class WeightsClient:
+    """Actor side, `WeightsReceiver`'s interface: `poll()` fetches the newest weights when a newer version was
+    announced (or, first, whatever the learner holds) and returns (state_dict, version) once verified."""
+
+    def __init__(self, session: zenoh.Session, cfg: PlaneConfig) -> None:
+        self.session, self.cfg = session, cfg
+        self.announced_version = -1
+        self.loaded_version = -1
+        self.reannounced = False
+        self._heard: deque[int] = deque()
+        self.sub = session.declare_subscriber(f"{cfg.prefix}/weights/version", self._on_version)
+
+    def _on_version(self, sample: Any) -> None:
+        self._heard.append(int(json.loads(sample.payload.to_bytes())["version"]))
+
+    def lag(self, current_version: int) -> int:
+        return max(0, self.announced_version - current_version)
+
+    def poll(self, timeout_s: float = 0.0) -> tuple[dict[str, torch.Tensor], int] | None:
+        self.reannounced = False
+        while self._heard:
+            v = self._heard.popleft()
+            self.reannounced |= v == self.loaded_version
+            self.announced_version = max(self.announced_version, v)
+        if self.loaded_version >= 0 and self.announced_version <= self.loaded_version:
+            return None
+        return self.fetch(max(timeout_s, 1.0))
+
+    def fetch(self, timeout_s: float = 5.0) -> tuple[dict[str, torch.Tensor], int] | None:
+        """The learner's newest weights, verified (None when it has none yet or nothing answered)."""
+        for reply in self.session.get(f"{self.cfg.prefix}/weights", timeout=timeout_s):
+            if not reply.ok:
+                continue
+            meta = json.loads(reply.ok.attachment.to_bytes())
+            blob = reply.ok.payload.to_bytes()
+            if len(blob) != meta["bytes"] or hashlib.sha256(blob).hexdigest() != meta["sha256"]:
+                log.warning("weights version %d: sha256/size mismatch, rejected", meta["version"])
+                continue
+            self.loaded_version = meta["version"]
+            self.announced_version = max(self.announced_version, self.loaded_version)
+            return st_load(blob), self.loaded_version
+        return None
+
+
+def run_id_of(run_dir: str) -> str:
+    """A run's id: its directory's name, which a resumed learner keeps (the checkpoint lives under it)."""
+    return run_dir.rstrip("/").rsplit("/", 1)[-1].replace(".", "_") or "run"

@@ -1,0 +1,195 @@
+"""The Zenoh actor-learner plane (`transport/plane.py`): acknowledged transitions, weights by version, run ids, TLS."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transport_util import make_episode, wait_until
+
+from robot_rl.transport.base import BackpressureTimeout
+from robot_rl.transport.plane import (
+    PlaneConfig,
+    Receiver,
+    Sender,
+    TlsConfig,
+    WeightsClient,
+    WeightsServer,
+    open_session,
+    present,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def plane() -> PlaneConfig:
+    return PlaneConfig(run_id="run-a", endpoint=f"tcp/127.0.0.1:{free_port()}", ack_timeout_s=2.0)
+
+
+def drain(rx: Receiver, n: int, timeout_s: float = 20.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got += rx.poll(timeout_s=0.05)
+    rx.ack()
+    return got
+
+
+def test_three_actors_every_transition_once_and_acknowledged(plane: PlaneConfig) -> None:
+    learner = open_session(plane, "learner", "learner")
+    rx = Receiver(learner.session, plane, "reach")
+    senders = []
+    for i in range(3):
+        session = open_session(plane, "actor", f"a{i}")
+        senders.append((Sender(session.session, plane, "reach", f"a{i}", batch_size=16), session))
+    wait_until(lambda: present(learner.session, plane, "actor") == ["a0", "a1", "a2"], 10.0)
+    episode = make_episode(100)
+    threads = [threading.Thread(target=lambda s=s: [s.add(t) for t in episode]) for s, _ in senders]
+    for t in threads:
+        t.start()
+    got = drain(rx, 300)
+    for t in threads:
+        t.join(10)
+    assert len(got) == 300
+    assert all(s.wait_acked(5.0) for s, _ in senders)
+    assert {a: st.received for a, st in rx.actors.items()} == {"a0": 100, "a1": 100, "a2": 100}
+    assert sum(st.lost for st in rx.actors.values()) == 0 and rx.repeats == 0
+    np.testing.assert_array_equal(got[0].action, episode[0].action)
+    assert all(s.acked == 7 and s.ack_latencies for s, _ in senders)  # 6 full batches + the episode's end
+    for _, session in senders:
+        session.close()
+    learner.close()
+
+
+def test_a_learner_that_stops_taking_data_blocks_its_actors_and_loses_nothing(plane: PlaneConfig) -> None:
+    plane.credits = 2
+    learner = open_session(plane, "learner", "learner")
+    rx = Receiver(learner.session, plane, "reach")
+    actor = open_session(plane, "actor", "a0")
+    tx = Sender(actor.session, plane, "reach", "a0", batch_size=10)
+    episode = make_episode(40)
+    for t in episode[:20]:
+        tx.add(t)  # two batches in flight: both credits taken
+    for t in episode[20:30]:
+        tx.add_nowait(t)
+    with pytest.raises(BackpressureTimeout):
+        tx.flush(timeout_s=0.5)  # the learner polls nothing: no credit frees up, the batch stays pending
+    assert len(drain(rx, 20)) == 20  # taken and acknowledged: the credits come back
+    tx.flush()
+    for t in episode[30:]:
+        tx.add(t)
+    assert len(drain(rx, 20)) == 20 and tx.wait_acked(5.0)
+    assert rx.actors["a0"].received == 40 and rx.actors["a0"].lost == 0
+    actor.close()
+    learner.close()
+
+
+def test_an_unanswered_batch_is_sent_again_and_counted_once(plane: PlaneConfig) -> None:
+    plane.ack_timeout_s = 0.5
+    learner = open_session(plane, "learner", "learner")
+    rx = Receiver(learner.session, plane, "reach")
+    actor = open_session(plane, "actor", "a0")
+    tx = Sender(actor.session, plane, "reach", "a0", batch_size=10)
+    for t in make_episode(10):
+        tx.add(t)
+    assert len(drain_without_ack(rx)) == 10  # taken, but the learner stalls before answering
+    wait_until(lambda: tx.resent >= 1, 5.0)
+    rx._taken.clear()  # the stalled learner's answers never go out
+    assert drain(rx, 1, timeout_s=2.0) == []  # the resend is recognised: acknowledged, not added twice
+    assert tx.wait_acked(5.0) and rx.repeats >= 1 and rx.actors["a0"].received == 10
+    actor.close()
+    learner.close()
+
+
+def drain_without_ack(rx: Receiver) -> list:
+    got: list = []
+    deadline = time.monotonic() + 10.0
+    while not got and time.monotonic() < deadline:
+        got = [t for _, ts in rx.poll_batches(timeout_s=0.05) for t in ts]
+    return got
+
+
+def test_weights_are_pulled_by_version_and_verified(plane: PlaneConfig) -> None:
+    learner = open_session(plane, "learner", "learner")
+    server = WeightsServer(learner.session, plane)
+    actor = open_session(plane, "actor", "a0")
+    client = WeightsClient(actor.session, plane)
+    time.sleep(0.3)
+    assert client.poll() is None  # the learner has published nothing yet
+    server.publish({"w": torch.ones(3)}, 1)
+    server.publish({"w": torch.full((3,), 2.0)}, 2)
+    wait_until(lambda: client.poll() is not None or client.loaded_version == 2, 5.0)
+    assert client.loaded_version == 2 and server.fetches == 1  # only the newest version travelled
+    assert client.poll() is None and client.lag(2) == 0
+    actor.close()
+    learner.close()
+
+
+def test_two_runs_on_one_box_never_cross_feed(plane: PlaneConfig) -> None:
+    learner = open_session(plane, "learner", "learner")
+    rx = Receiver(learner.session, plane, "reach")
+    other = PlaneConfig(run_id="run-b", endpoint=plane.endpoint, ack_timeout_s=0.5)
+    actor = open_session(other, "actor", "b0")  # run b's actor dialled run a's learner by mistake
+    tx = Sender(actor.session, other, "reach", "b0", batch_size=10)
+    for t in make_episode(10):
+        tx.add(t)
+    time.sleep(1.0)
+    assert rx.poll(timeout_s=0.2) == [] and rx.actors == {}
+    assert present(learner.session, plane, "actor") == []  # its presence is run b's, too
+    actor.close()
+    learner.close()
+
+
+def test_off_loopback_the_plane_needs_tls() -> None:
+    with pytest.raises(ValueError, match="needs tls"):
+        open_session(PlaneConfig(run_id="r", endpoint="tcp/10.0.0.5:7448"), "actor", "a0")
+    with pytest.raises(ValueError, match="tls needs"):
+        open_session(PlaneConfig(run_id="r", endpoint="tls/10.0.0.5:7448"), "actor", "a0")
+
+
+def make_ca(root: Path, name: str) -> TlsConfig:
+    """A CA and one certificate for 127.0.0.1 signed by it (openssl, as a lab would)."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=root)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}-ca",
+        "-keyout", f"{name}-ca.key", "-out", f"{name}-ca.pem")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", f"{name}.key",
+        "-out", f"{name}.csr")  # fmt: skip
+    (root / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{name}-ca.pem", "-CAkey", f"{name}-ca.key",
+        "-CAcreateserial", "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
+    return TlsConfig(ca=str(root / f"{name}-ca.pem"), cert=str(root / f"{name}.pem"), key=str(root / f"{name}.key"))
+
+
+def test_only_peers_with_the_runs_certificates_reach_its_learner(tmp_path: Path) -> None:
+    endpoint = f"tls/127.0.0.1:{free_port()}"
+    run = PlaneConfig(run_id="r", endpoint=endpoint, tls=make_ca(tmp_path, "run"), ack_timeout_s=1.0)
+    stranger = PlaneConfig(run_id="r", endpoint=endpoint, tls=make_ca(tmp_path, "stranger"), ack_timeout_s=1.0)
+    learner = open_session(run, "learner", "learner")
+    rx = Receiver(learner.session, run, "reach")
+    server = WeightsServer(learner.session, run)
+    server.publish({"w": torch.ones(2)}, 1)
+    ours = open_session(run, "actor", "a0")
+    assert WeightsClient(ours.session, run).fetch(5.0) is not None
+    tx = Sender(ours.session, run, "reach", "a0", batch_size=5)
+    for t in make_episode(5):
+        tx.add(t)
+    assert len(drain(rx, 5)) == 5
+    with pytest.raises(ConnectionError, match="TLS refused"):  # its certificate is not the run CA's
+        open_session(stranger, "actor", "x0")
+    assert present(learner.session, run, "actor") == ["a0"]
+    for s in (ours, learner):
+        s.close()
