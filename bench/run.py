@@ -20,7 +20,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 AREAS = (
     "sim", "learner", "demos", "transport", "real", "dr_transfer", "main_job", "pixel_run", "vla", "maniskill",
-    "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer", "sim_to_robot",
+    "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer", "sim_to_robot", "fleet",
 )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import threading
 import time
 from collections import deque
@@ -194,13 +195,15 @@ class Sender:
 
 
 class Receiver:
-    """Learner side, `TransitionReceiver`'s interface. Queries wait in a bounded queue (`capacity` batches): a
-    learner that stops polling stops answering, and its actors block on their credits."""
+    """Learner side, `TransitionReceiver`'s interface. Queries wait in a bounded queue (`capacity` batches; a full
+    one holds Zenoh's delivery back): a learner that stops polling stops answering, and its actors block on their
+    credits."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, capacity: int = 256,
                  distro: str = "jazzy") -> None:  # fmt: skip
         self.cfg, self.task, self.distro = cfg, task, distro
-        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
+        self._queue: queue.Queue[Any] = queue.Queue(capacity)
+        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", self._queue.put)
         self.actors: dict[str, ActorState] = {}
         self.repeats = 0  # batches an actor sent again that were already taken (acknowledged, not added twice)
         self.refused = 0
@@ -216,12 +219,11 @@ class Receiver:
         out: list[tuple[str, list[Transition]]] = []
         deadline = time.monotonic() + timeout_s
         while len(out) < max_batches:
-            query = self.queries.try_recv()
-            if query is None:
-                if out or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.0005)
-                continue
+            wait = 0.0 if out else deadline - time.monotonic()
+            try:
+                query = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
             if (batch := self._take(query)) is not None:
                 out.append(batch)
         return out
