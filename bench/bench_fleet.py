@@ -123,9 +123,21 @@ def actor(plane: str, where: str, name: str, n: int, cams: int, go: Path) -> dic
     while loaded is None and time.monotonic() < deadline:
         if wr.poll(0.02) is not None:
             loaded = time.time()
-    lat = np.array(getattr(tx, "ack_latencies", []) or [np.nan]) * 1000
-    return {"sent": n, "loaded_at": loaded, "ack_p50_ms": float(np.nanpercentile(lat, 50)),
-            "ack_p99_ms": float(np.nanpercentile(lat, 99))}  # fmt: skip
+    lat = np.array(getattr(tx, "ack_latencies", []), dtype=float) * 1000
+    p50, p99 = (float(np.percentile(lat, q)) for q in (50, 99)) if len(lat) else (float("nan"),) * 2
+    return {"sent": n, "loaded_at": loaded, "ack_p50_ms": p50, "ack_p99_ms": p99}
+
+
+def finished(p: subprocess.Popen, sent: int) -> dict:
+    """An actor's JSON line; one that did not finish in time is killed and reported as such (what it sent and the
+    learner did not receive counts as lost)."""
+    try:
+        return json.loads(p.communicate(timeout=TIMEOUT_S + 90)[0].strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        return {"sent": sent, "loaded_at": None, "ack_p50_ms": float("nan"), "ack_p99_ms": float("nan"),
+                "timed_out": True}  # fmt: skip
 
 
 def one(plane: str, n_actors: int, per_actor: int, cams: int) -> dict:
@@ -142,7 +154,7 @@ def one(plane: str, n_actors: int, per_actor: int, cams: int) -> dict:
         for p in aps:
             assert p.stdout.readline().strip() == "ready"
         go.touch()
-        actors = [json.loads(p.communicate(timeout=TIMEOUT_S + 90)[0].strip().splitlines()[-1]) for p in aps]
+        actors = [finished(p, per_actor) for p in aps]
         done.touch()
         res = json.loads(lp.communicate(timeout=120)[0].strip().splitlines()[-1])
     loaded = [a["loaded_at"] for a in actors]
@@ -151,11 +163,18 @@ def one(plane: str, n_actors: int, per_actor: int, cams: int) -> dict:
         "bench": f"fleet transport: {plane}, {n_actors} actors, {cams} cameras", "plane": plane, "actors": n_actors,
         "cameras": cams, "transitions": received, "transitions_per_s": received / max(res["wall_s"], 1e-9),
         "learner_cpu_s_per_1000": 1000 * res["cpu_s"] / max(received, 1),
-        "ack_p50_ms": float(np.nanmedian([a["ack_p50_ms"] for a in actors])),
-        "ack_p99_ms": float(np.nanmax([a["ack_p99_ms"] for a in actors])),
+        "ack_p50_ms": nan_safe(np.nanmedian, [a["ack_p50_ms"] for a in actors]),
+        "ack_p99_ms": nan_safe(np.nanmax, [a["ack_p99_ms"] for a in actors]),
         "weights_fanout_s": (max(loaded) - res["published_at"]) if all(loaded) else None,
         "losses": sum(a["sent"] for a in actors) - received,
+        "actors_timed_out": sum(bool(a.get("timed_out")) for a in actors),
     }  # fmt: skip
+
+
+def nan_safe(fn: object, values: list[float]) -> float | None:
+    """None where nothing was timed (the old channel's credits)."""
+    values = [v for v in values if v == v]
+    return float(fn(values)) if values else None
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
