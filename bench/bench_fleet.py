@@ -43,8 +43,9 @@ from robot_rl.types import Transition
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 PLANES = ("old", "zenoh")
 ACTORS, QUICK_ACTORS = (1, 2, 4, 8, 16, 32), (1, 4)
-# Transitions each actor sends: (cameras, full, quick). Two 64x64 cameras as the robot camera policy reads them.
-LOADS = ((0, 3000, 1000), (2, 300, 200))
+# Transitions all actors send together, at least per actor: (cameras, full, quick, floor). Two 64x64 cameras as the
+# robot camera policy reads them. A fixed total keeps one actor's run long enough to measure a steady rate.
+LOADS = ((0, 48000, 8000, 1000), (2, 4800, 1600, 100))
 WEIGHTS_MB = 2.0  # about a camera SAC actor's safetensors blob
 BATCH = 16
 TIMEOUT_S = 180.0
@@ -195,10 +196,11 @@ def verdicts(rows: list[dict]) -> list[dict]:
 
 def main(quick: bool = False) -> list[dict]:
     rows = []
-    for cams, full, small in LOADS:
+    for cams, full, small, floor in LOADS:
         for n in QUICK_ACTORS if quick else ACTORS:
+            per_actor = max(floor, (small if quick else full) // n)
             for plane in PLANES:  # interleaved: both planes see the same box state
-                rows.append(one(plane, n, small if quick else full, cams))
+                rows.append(one(plane, n, per_actor, cams))
                 print({k: v for k, v in rows[-1].items() if k != "bench"}, file=sys.stderr, flush=True)
     return rows + verdicts(rows)
 

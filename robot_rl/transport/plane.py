@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import threading
 import time
 from collections import deque
@@ -202,8 +201,7 @@ class Receiver:
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, capacity: int = 256,
                  distro: str = "jazzy") -> None:  # fmt: skip
         self.cfg, self.task, self.distro = cfg, task, distro
-        self._queue: queue.Queue[Any] = queue.Queue(capacity)
-        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", self._queue.put)
+        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
         self.actors: dict[str, ActorState] = {}
         self.repeats = 0  # batches an actor sent again that were already taken (acknowledged, not added twice)
         self.refused = 0
@@ -219,11 +217,12 @@ class Receiver:
         out: list[tuple[str, list[Transition]]] = []
         deadline = time.monotonic() + timeout_s
         while len(out) < max_batches:
-            wait = 0.0 if out else deadline - time.monotonic()
-            try:
-                query = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
+            query = self.queries.try_recv()  # Zenoh's own channel: no Python callback on its threads (2x the rate)
+            if query is None:
+                if out or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.0002)
+                continue
             if (batch := self._take(query)) is not None:
                 out.append(batch)
         return out
