@@ -131,13 +131,17 @@ def jpeg_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
                                 data=buf.reshape(-1))  # fmt: skip
 
 
+_BT601 = np.array([[0.257, 0.504, 0.098], [-0.148, -0.291, 0.439], [0.439, -0.368, -0.071]])  # RGB -> YUV
+
+
 def yuyv_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
     """An Image as a webcam sends it uncompressed: packed YUV 4:2:2, Y0 U Y1 V (usb_cam's `yuv422_yuy2`)."""
     h, w, _ = rgb.shape
-    yuv = cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV).astype(np.float64)
+    yuv = rgb.astype(np.float64) @ _BT601.T + (16.0, 128.0, 128.0)  # video range, as webcams send and cv2 reads it
     out = np.empty((h, w, 2), np.uint8)
-    out[..., 0] = yuv[..., 0]
+    out[..., 0] = np.clip(yuv[..., 0].round(), 0, 255)
     chroma = 0.5 * (yuv[:, 0::2, 1:] + yuv[:, 1::2, 1:])  # one U and V per pixel pair, averaged
+    chroma = np.clip(chroma.round(), 0, 255)
     out[:, 0::2, 1], out[:, 1::2, 1] = chroma[..., 0], chroma[..., 1]
     return _t(IMAGE)(
         header=header_at(stamp, frame_id), height=h, width=w, encoding="yuv422_yuy2", is_bigendian=0, step=2 * w,

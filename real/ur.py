@@ -143,7 +143,7 @@ class Standin(StandinFace):
         self.halt = ServoStatus.NO_WARNING
         self.stopped_at: float | None = None  # when the newest protective stop began (wall time)
         self._release = False  # the program restarted: the sim's own hold goes (in the loop's thread)
-        self._brake = False  # a stop began: the arm stops where it is (in the loop's thread)
+        self._brake = False  # a stop began: the arm stops at the next tick (in the loop's thread)
         self._seen_reset: float | None = None  # the sim's newest scene reset
         self._sent: dict[str, Any] = {}  # status topic -> newest value published (they publish on change)
         self._types = {"SafetyMode": SafetyMode, "RobotMode": RobotMode, "Bool": Bool, "ServoStatus": ServoStatus,
@@ -165,6 +165,7 @@ class Standin(StandinFace):
                                      callback_group=ReentrantCallbackGroup())  # fmt: skip
         f = [robot.model.joint(j) for j in ("finger_left", "finger_right")]
         self._fingers = np.array([j.qposadr[0] for j in f]), np.array([j.dofadr[0] for j in f])
+        self._arm_dofs = np.array([robot.model.joint(f"joint{i}").dofadr[0] for i in range(1, 8)])
         self._add_camera_publishers()
 
     def _add_camera_publishers(self) -> None:
@@ -245,9 +246,14 @@ class Standin(StandinFace):
         else:
             raise ValueError(f"drill {kind!r}: protective_stop or one of {_HALTS}")
 
-    def _freeze(self) -> None:
+    def _freeze(self, stop: bool = False) -> None:
+        """The target where the TCP is (later twists are dropped); `stop`: the arm's joints at rest too (modelled: a
+        UR's brake ramp taken as short against a control period; the impedance arm would otherwise overshoot the
+        target and spring back, which reads as following)."""
         r = self.robot
-        r._target, r._twist[:] = r.tcp(), 0.0  # the arm brakes where it is; later twists are dropped
+        r._target, r._twist[:] = r.tcp(), 0.0
+        if stop:
+            r.data.qvel[self._arm_dofs] = 0.0
 
     def _protective_stop(self, why: str) -> None:
         from ur_dashboard_msgs.msg import SafetyMode
@@ -320,7 +326,7 @@ class Standin(StandinFace):
         with self._lock:
             if self._brake:
                 self._brake = False
-                self._freeze()
+                self._freeze(stop=True)
             if self._release:
                 self._release = False
                 if r.hold_reason is not None and r.hold_reason.startswith("force limit"):
@@ -422,22 +428,21 @@ class Link(DriverLink):
 
     def recover(self, prompt: Any) -> None:
         """Unlock a protective stop (after the UR's 5 s), restart the program, switch servo to TWIST, wait for
-        NORMAL and the program running; an emergency stop, safeguard stop or fault is the person's, one prompt."""
+        NORMAL and the program running; an emergency stop, safeguard stop or fault is the person's, one prompt.
+        Called after a silent stop too (no status heard): then each call is made blindly."""
         from ur_dashboard_msgs.msg import SafetyMode as S
 
-        hold = self.poll()
-        if hold is None:
-            return
-        log.warning("UR hold: %s; recovering", hold)
+        log.warning("UR hold: %s; recovering", self.poll() or "none reported (the arm stopped following)")
         if self.safety not in (None, S.NORMAL, S.REDUCED, S.PROTECTIVE_STOP):
-            prompt(f"[{self.cfg.name}] the UR reports {hold}: clear it at the teach pendant, then press Enter ")
+            prompt(f"[{self.cfg.name}] the UR reports {self.poll()}: clear it at the teach pendant, then press Enter ")
         deadline = time.monotonic() + self.cfg.reset_timeout_s
-        while self.safety == S.PROTECTIVE_STOP and time.monotonic() < deadline:
+        while self.safety in (None, S.PROTECTIVE_STOP) and time.monotonic() < deadline:
             time.sleep(max(0.0, (self.stopped_at or 0.0) + UNLOCK_AFTER_S - time.time()))
-            if not self._call(self._unlock, "unlock_protective_stop"):
-                time.sleep(0.5)  # refused (too soon by the robot's clock): ask again
-            self._wait(lambda: self.safety != S.PROTECTIVE_STOP, 1.0)
-        if self.running is False:
+            if self._call(self._unlock, "unlock_protective_stop"):
+                self._wait(lambda: self.safety != S.PROTECTIVE_STOP, 1.0)
+                break
+            time.sleep(0.5)  # refused (too soon by the robot's clock): ask again
+        if self.running is not True:
             self._call(self._resend, "resend_robot_program")
             self._wait(lambda: self.running is not False, self.cfg.reset_timeout_s)
         self.switched = self._switch_servo()

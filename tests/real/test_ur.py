@@ -1,0 +1,165 @@
+"""The shipped UR5e config against `sim-robot --driver ur5e` (real/ur.py's stand-in of the UR driver, MoveIt Servo,
+the Robotiq and usb_cam), over rclpy on loopback: its stops are holds, never transitions against a frozen arm, and
+the next reset recovers them through the driver's own services; its split joint states, TCP-frame wrench and
+usb_cam images read right."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from plain_ros import PlainNode
+
+from robot_rl.real import msgs
+from robot_rl.real.config import load_robot_config, proprio_layout
+from robot_rl.real.robot import RobotEnv, RobotHold
+from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
+from robot_rl.real.ur import UNLOCK_AFTER_S
+from robot_rl.types import ObsLayout
+
+pytestmark = [pytest.mark.ros2, pytest.mark.realtime]
+HZ = 10.0
+
+
+@contextmanager
+def ur5e(domain: int, *overrides: str, status_topics: bool = True, cameras: tuple[str, ...] = ()) -> Iterator:
+    """(stand-in, env): the shipped ur5e config; the sim resets the scene (the person at a real cell)."""
+    cfg = load_robot_config("ur5e", [f"domain_id={domain}", "scene_reset=topic", *overrides])
+    made: list[SimRobot] = []
+    stop, ready = threading.Event(), threading.Event()
+
+    def serve() -> None:  # built, run and closed in its own thread: a camera's GL context is current there
+        sim = SimRobot(SimRobotConfig(driver="ur5e", cameras=cameras), cfg)
+        sim.face.status_topics = status_topics
+        made.append(sim)
+        ready.set()
+        try:
+            sim.run(stop)
+        finally:
+            sim.close()
+
+    loop = threading.Thread(target=serve, daemon=True)
+    loop.start()
+    assert ready.wait(30.0)
+    sim = made[0]
+    layout = ObsLayout.from_slices(proprio_layout(cfg), control_hz=HZ, cameras=cameras, image_size=64)
+    env = RobotEnv(cfg, layout, node_name="ur_test")
+    env.operator_prompt = lambda text: pytest.fail(f"the reset asked the person: {text}")
+    try:
+        yield sim, env
+    finally:
+        env.close()
+        stop.set()
+        loop.join()
+
+
+def action(k: int) -> np.ndarray:
+    """Back and forth along x (half a step each control period), gripper open: inside the workspace for ever."""
+    return np.array([0.5 if (k // 4) % 2 == 0 else -0.5, 0.0, 0.0, -1.0])
+
+
+def steps_until_hold(env: RobotEnv, n: int) -> tuple[list[dict], RobotHold]:
+    """The infos of the steps that returned (each a transition an actor would hold), and the hold that ended them."""
+    infos = []
+    with pytest.raises(RobotHold) as e:
+        for k in range(n):
+            infos.append(env.step(action(k))[4])
+    return infos, e.value
+
+
+def moves(env: RobotEnv) -> float:
+    """How far the TCP moved over four steps after a reset."""
+    start = env.robot_state().tcp_pos
+    for _ in range(4):
+        env.step(action(0))
+    return float(np.linalg.norm(env.robot_state().tcp_pos - start))
+
+
+@pytest.mark.parametrize(("drill", "hold"), [("protective_stop", "protective stop"),
+                                             ("JOINT_BOUND", "servo halted: JOINT_BOUND")])  # fmt: skip
+def test_a_ur_stop_is_a_hold_at_the_next_step_and_the_reset_recovers_it(domain: int, drill: str, hold: str) -> None:
+    with ur5e(domain) as (sim, env):
+        assert env._driver.switched  # servo switched to TWIST by the link at start, no manual call
+        env.reset(seed=0)
+        assert moves(env) > 0.02
+        sim.face.drill(drill)
+        stopped = time.time()
+        infos, e = steps_until_hold(env, 5)
+        held_after = time.time() - stopped
+        assert hold in str(e) and not infos  # no transition from a step sent to the stopped arm
+        assert held_after < 2.0 / HZ, held_after
+        arm = env.robot_state().tcp_pos
+        time.sleep(0.3)
+        assert np.linalg.norm(env.robot_state().tcp_pos - arm) < 1e-3  # the arm stays where it stopped
+        env.reset(seed=1)  # recovered by the link: unlock (after the UR's 5 s), program, servo
+        recovered = time.time() - stopped
+        assert env._driver.poll() is None and sim.face.takes_commands()
+        assert moves(env) > 0.02
+    if drill == "protective_stop":
+        assert recovered >= UNLOCK_AFTER_S
+    print(f"\n{drill}: held {held_after * 1e3:.0f} ms after it, recovered at the reset {recovered:.1f} s after it")
+
+
+def test_a_protective_stop_the_driver_does_not_report_is_caught_by_the_watchdog_alone(domain: int) -> None:
+    with ur5e(domain, status_topics=False) as (sim, env):
+        env.reset(seed=0)
+        assert moves(env) > 0.02
+        assert env._driver.poll() is None  # nothing heard from the driver, nothing held
+        sim.face.drill("protective_stop")
+        infos, e = steps_until_hold(env, 20)
+        assert "not_following" in str(e)
+        # Every step that returned after the stop is one the actor still held back, and the hold voids them all.
+        assert 0 < len(infos) <= e.void_steps and all(i["unconfirmed_steps"] >= 1 for i in infos)
+        assert infos[-1]["unconfirmed_steps"] >= len(infos)
+        env.reset(seed=1)  # the link recovers blindly: unlock (refused until 5 s), program, servo
+        assert sim.face.takes_commands() and moves(env) > 0.02
+    print(f"\nwatchdog: {len(infos)} steps after the stop, void_steps {e.void_steps}")
+
+
+def test_split_joint_states_tcp_wrench_and_usb_cam_images_read_right(domain: int) -> None:
+    """The arm's and the Robotiq's /joint_states read per joint; the tool0_controller wrench, turned back by the TCP
+    pose, is the sim's base-frame one; a compressed and a raw yuyv usb_cam camera decode to the rendered frame."""
+    sent: dict[float, np.ndarray] = {}  # stamp -> base-frame force the stand-in was given (a contact stand-in)
+    rendered: dict[float, dict[str, np.ndarray]] = {}  # stamp -> the frames rendered then
+    raw_wrist = (
+        "cameras=[{name: front, topic: /cameras/front/image_raw/compressed, compressed: true},"
+        "{name: wrist, topic: /cameras/wrist/image_raw, compressed: false}]"
+    )  # a raw yuyv usb_cam
+    with ur5e(domain, raw_wrist, cameras=("front", "wrist")) as (sim, env), PlainNode(domain, "spy") as spy:
+        joints = spy.subscribe("/joint_states", "sensor_msgs/msg/JointState")
+        info = spy.subscribe("/cameras/front/camera_info", "sensor_msgs/msg/CameraInfo")
+        state = sim.face.state
+
+        def push(out: dict, stamp: float) -> dict:
+            k = len(sent)
+            force = np.array([3.0 * np.sin(k), -2.0, 5.0 + np.cos(k)])
+            out["wrench"] = msgs.wrench_stamped(force, 0.1 * force, stamp, "base")
+            sent[round(stamp, 6)] = force
+            if "camera:front" in out:
+                rendered[round(stamp, 6)] = {c: f.copy() for c, f in sim.frames.items()}
+            return state(out, stamp)
+
+        sim.face.state = push
+        env.reset(seed=0)
+        for k in range(3):
+            obs, *_ = env.step(action(k))
+        spy.spin_until(lambda: len(info) > 0 and len(joints) > 20, 5.0, "joint states and camera info")
+        names = {tuple(m.name) for m in joints}
+        assert names == {tuple(env.cfg.joint_names), ("robotiq_85_left_knuckle_joint",)}
+        assert (info[-1].width, info[-1].height) == (64, 64)
+        wrench = env._latest["wrench"][0]
+        assert wrench.header.frame_id == "tool0_controller"
+        force, torque = env._wrench()
+        np.testing.assert_allclose(force, sent[round(msgs.stamp_of(wrench), 6)], atol=1e-6)
+        assert not np.allclose(msgs.wrench_of(wrench)[0], force, atol=0.1)  # it was turned
+        np.testing.assert_allclose(torque, 0.1 * force, atol=1e-6)
+        assert abs(env.robot_state().gripper - 1.0) < 0.05  # the knuckle at 0 rad: open
+        front, wrist = env._latest["camera:front"][0], env._latest["camera:wrist"][0]
+        assert front.format.endswith("jpeg compressed bgr8") and wrist.encoding == "yuv422_yuy2"
+        for cam, stamp in env.stamps()["camera_timestamps"].items():
+            error = np.abs(obs[cam].astype(int) - rendered[round(stamp, 6)][cam].astype(int)).mean()
+            assert error < 3.0, (cam, error)  # lossy (jpeg, 4:2:2 chroma), not garbage
