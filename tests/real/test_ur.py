@@ -5,15 +5,19 @@ usb_cam images read right."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
-from plain_ros import PlainNode
+from plain_ros import PlainNode, msg_type
+from real_util import spawn, stop
 
+from robot_rl.demos.store import EpisodeStore
 from robot_rl.real import msgs
 from robot_rl.real.config import load_robot_config, proprio_layout
 from robot_rl.real.robot import RobotEnv, RobotHold
@@ -163,3 +167,70 @@ def test_split_joint_states_tcp_wrench_and_usb_cam_images_read_right(domain: int
         for cam, stamp in env.stamps()["camera_timestamps"].items():
             error = np.abs(obs[cam].astype(int) - rendered[round(stamp, 6)][cam].astype(int)).mean()
             assert error < 3.0, (cam, error)  # lossy (jpeg, 4:2:2 chroma), not garbage
+
+
+def knuckle_after(domain: int, openings: tuple[float, ...]) -> list[float]:
+    """Each opening sent on our gripper topic at 10 Hz (as RobotEnv sends it) until the Robotiq knuckle's angle on
+    its own /joint_states is there (0 rad open, 0.8 closed) or 5 s passed: the angles reported then."""
+    knuckle, angles = ["robotiq_85_left_knuckle_joint"], []
+    with PlainNode(domain, "gripper_user") as node:
+        joints = node.subscribe("/joint_states", "sensor_msgs/msg/JointState")
+        pub = node.publisher("/robot_rl/gripper_command", "std_msgs/msg/Float64")
+
+        def angle() -> float:
+            return next((m.position[0] for m in reversed(joints) if list(m.name) == knuckle), np.nan)
+
+        for opening in openings:
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and not abs(angle() - 0.8 * (1.0 - opening)) < 0.02:
+                pub.publish(msg_type("std_msgs/msg/Float64")(data=opening))
+                end = time.monotonic() + 0.1
+                while time.monotonic() < end:
+                    node.executor.spin_once(timeout_sec=0.01)
+            angles.append(angle())
+    return angles
+
+
+@pytest.mark.slow
+def test_the_shipped_ur5e_config_collects_trains_and_deploys_against_its_standin(domain: int, tmp_path: Path) -> None:
+    """`collect`, `train robot=ur5e` and `deploy` with the shipped ur5e.yaml in real time, against `sim-robot --driver
+    ur5e` (the driver from the robot config) and `gripper-bridge --robot ur5e`. Overrides only for what the sim stands
+    in for: the person who resets the scene (`scene_reset=topic`) and judges success (the sim's success topic); the
+    domain; and a short episode for the test's time."""
+    sets = [f"domain_id={domain}", "scene_reset=topic", "success_topic=/success", "max_episode_steps=12"]
+    robot_sets = [a for kv in sets for a in ("--robot-set", kv)]
+    started = time.monotonic()
+    sim = spawn("sim-robot", "--robot", "ur5e", "--domain", str(domain))
+    bridge = spawn("gripper-bridge", "--robot", "ur5e", "--domain", str(domain))
+    store, run = tmp_path / "demos", tmp_path / "run"
+    try:
+        col = spawn("collect", str(store), "--robot", "ur5e", *robot_sets, "-n", "2", "--teleop", "simulated",
+                    "--obs", "state", "--no-fsync")  # fmt: skip
+        _, err = col.communicate(timeout=120)
+        assert col.returncode == 0, err[-3000:]
+        tr = spawn("train", "robot=ur5e", *(f"robot.{kv}" for kv in sets), "intervention.enabled=false", "threads=1",
+                   "loop.env_steps=24", "loop.eval_every=0", "loop.final_eval_episodes=1", "loop.checkpoint_every=0",
+                   f"run_dir={run}")  # fmt: skip
+        _, err = tr.communicate(timeout=120)
+        assert tr.returncode == 0, err[-3000:]
+        dep = spawn("deploy", str(run), "--robot", "ur5e", *robot_sets, "--episodes", "1", "--quiet")
+        dout, err = dep.communicate(timeout=60)
+        assert dep.returncode == 0, err[-3000:]
+        assert sim.poll() is None, sim.communicate()[1][-3000:]  # it served all three runs
+        opened, closed = knuckle_after(domain, (1.0, 0.0))
+    finally:
+        stop(sim)
+        bridge.terminate()
+        _, bridge_log = bridge.communicate(timeout=30)
+    with EpisodeStore(store) as st:
+        assert len(st) == 2 and st.meta(0)["robot"]["name"] == "ur5e"
+        lay, state = st.meta(0)["state_layout"], np.concatenate([st.episode(i)["state"] for i in range(2)])
+        assert lay["joint_pos"][1] - lay["joint_pos"][0] == 6  # the UR's six, the Robotiq's knuckle apart
+        assert np.isfinite(state).all()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["robot"] == "ur5e" and summary["env"] == "RobotEnv"
+    assert summary["env_steps"] == 24
+    deployed = json.loads(dout)
+    assert deployed["episodes"] == 1 and deployed["aborted_episodes"] == 0
+    print(f"\nur5e end to end {time.monotonic() - started:.0f} s; knuckle {opened:.2f} rad open, {closed:.2f} closed")
+    assert opened < 0.1 and closed > 0.7  # the bridge's goals moved the sim fingers; the knuckle reported it
