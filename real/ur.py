@@ -139,7 +139,8 @@ class Standin(StandinFace):
         self._lock = threading.Lock()
         self.safety = SafetyMode.NORMAL
         self.running = True
-        self.twist = False  # servo's command type is TWIST
+        # Servo's command type is TWIST; pose targets go to a controller that needs no switch (ur5e_compliant.yaml).
+        self.twist = cfg.command_type != "twist"
         self.halt = ServoStatus.NO_WARNING
         self.stopped_at: float | None = None  # when the newest protective stop began (wall time)
         self._release = False  # the program restarted: the sim's own hold goes (in the loop's thread)
@@ -159,7 +160,8 @@ class Standin(StandinFace):
         self._knuckle_pub = n.create_publisher(JointState, cfg.joint_state_topic, _qos())  # the Robotiq's own
         n.create_service(Trigger, f"{DASHBOARD}/unlock_protective_stop", self._unlock)
         n.create_service(Trigger, f"{IO}/resend_robot_program", self._resend)
-        n.create_service(ServoCommandType, f"{servo}/switch_command_type", self._switch)
+        if cfg.command_type == "twist":
+            n.create_service(ServoCommandType, f"{servo}/switch_command_type", self._switch)
         self._gripper = ActionServer(n, ParallelGripperCommand, cfg.gripper_bridge.action, self._grip,
                                      cancel_callback=lambda _: CancelResponse.ACCEPT,
                                      callback_group=ReentrantCallbackGroup())  # fmt: skip
@@ -347,8 +349,8 @@ class Standin(StandinFace):
                 setattr(m, "data" if key == "robot_program_running" else "mode", value)
                 self._status_pubs[key].publish(m)
                 self._sent[key] = value
-        status = self._types["ServoStatus"](code=halt, message="" if halt == 0 else _code_name(halt))
-        self._servo_pub.publish(status)
+        if self.robot.robot.command_type == "twist":
+            self._servo_pub.publish(self._types["ServoStatus"](code=halt, message=_code_name(halt) if halt else ""))
 
     def close(self) -> None:
         self._gripper.destroy()
@@ -363,7 +365,8 @@ def _code_name(code: int) -> str:
 
 class Link(DriverLink):
     """The robot side: the UR's safety mode and program state, servo's status; recovery through the driver's
-    services. Servo is switched to TWIST at start (and again at each recovery), so a lab needs no manual call."""
+    services. Servo is switched to TWIST at start (and again at each recovery), so a lab needs no manual call; pose
+    targets (a compliance controller) have no servo to switch."""
 
     def __init__(self, cfg: RobotConfig) -> None:
         super().__init__(cfg)
@@ -470,6 +473,8 @@ class Link(DriverLink):
         return bool(res.success)
 
     def _switch_servo(self) -> bool:
+        if self.cfg.command_type != "twist":
+            return True
         req = self._switch.srv_type.Request(command_type=self._switch.srv_type.Request.TWIST)
         return self._call(self._switch, "switch_command_type", req)
 

@@ -30,9 +30,11 @@ HZ = 10.0
 
 
 @contextmanager
-def ur5e(domain: int, *overrides: str, status_topics: bool = True, cameras: tuple[str, ...] = ()) -> Iterator:
-    """(stand-in, env): the shipped ur5e config; the sim resets the scene (the person at a real cell)."""
-    cfg = load_robot_config("ur5e", [f"domain_id={domain}", "scene_reset=topic", *overrides])
+def ur5e(
+    domain: int, *overrides: str, status_topics: bool = True, cameras: tuple[str, ...] = (), name: str = "ur5e"
+) -> Iterator:
+    """(stand-in, env): a shipped ur5e config; the sim resets the scene (the person at a real cell)."""
+    cfg = load_robot_config(name, [f"domain_id={domain}", "scene_reset=topic", *overrides])
     made: list[SimRobot] = []
     stop, ready = threading.Event(), threading.Event()
 
@@ -122,6 +124,17 @@ def test_a_protective_stop_the_driver_does_not_report_is_caught_by_the_watchdog_
         env.reset(seed=1)  # the link recovers blindly: unlock (refused until 5 s), program, servo
         assert sim.face.takes_commands() and moves(env) > 0.02
     print(f"\nwatchdog: {len(infos)} steps after the stop, void_steps {e.void_steps}")
+
+
+def test_the_compliant_config_drives_pose_targets_without_servo_and_holds_on_a_protective_stop(domain: int) -> None:
+    compliant = str(Path(__file__).parents[2] / "configs" / "robot" / "ur5e_compliant.yaml")
+    with ur5e(domain, name=compliant) as (sim, env):
+        assert env.cfg.command_type == "pose" and env._driver.switched  # no servo to switch, none asked
+        env.reset(seed=0)
+        assert moves(env) > 0.01 and env._driver.poll() is None
+        sim.face.drill("protective_stop")
+        infos, e = steps_until_hold(env, 5)
+        assert "protective stop" in str(e) and not infos
 
 
 def test_split_joint_states_tcp_wrench_and_usb_cam_images_read_right(domain: int) -> None:
