@@ -145,6 +145,7 @@ class Standin(StandinFace):
         self.stopped_at: float | None = None  # when the newest protective stop began (wall time)
         self._release = False  # the program restarted: the sim's own hold goes (in the loop's thread)
         self._brake = False  # a stop began: the arm stops at the next tick (in the loop's thread)
+        self._timed_out: float | None = None  # when servo's incoming_command_timeout halted the arm
         self._seen_reset: float | None = None  # the sim's newest scene reset
         self._sent: dict[str, Any] = {}  # status topic -> newest value published (they publish on change)
         self._types = {"SafetyMode": SafetyMode, "RobotMode": RobotMode, "Bool": Bool, "ServoStatus": ServoStatus,
@@ -233,9 +234,11 @@ class Standin(StandinFace):
 
     def on_hold(self, reason: str) -> None:
         """The sim's force limit is the UR's protective stop; its command watchdog is servo's
-        incoming_command_timeout, a silent halt (the sim latches it until the next reset, servo would resume)."""
+        incoming_command_timeout, a silent halt that the next command ends (`tick`)."""
         if reason.startswith("force limit"):
             self._protective_stop(reason)
+        elif reason.startswith("no_action"):
+            self._timed_out = time.time()
 
     def drill(self, kind: str) -> None:
         """A fault for tests: "protective_stop", or a servo halt named as in ServoStatus (e.g. "JOINT_BOUND")."""
@@ -334,6 +337,8 @@ class Standin(StandinFace):
                 if r.hold_reason is not None and r.hold_reason.startswith("force limit"):
                     r.hold_reason = None
                     self._freeze()
+            if self._timed_out is not None and (r.watchdog.last_action or 0.0) > self._timed_out:
+                self._resume(r)
             if r._reset_time != self._seen_reset:
                 self._seen_reset, self.halt = r._reset_time, self._types["ServoStatus"].NO_WARNING
             state = {"safety_mode": self.safety, "robot_program_running": self.running}
@@ -351,6 +356,13 @@ class Standin(StandinFace):
                 self._sent[key] = value
         if self.robot.robot.command_type == "twist":
             self._servo_pub.publish(self._types["ServoStatus"](code=halt, message=_code_name(halt) if halt else ""))
+
+    def _resume(self, r: SimRobot) -> None:
+        """A command after servo's timeout: it servoes again (the sim's latched command watchdog is let go)."""
+        self._timed_out = None
+        if r.hold_reason is not None and r.hold_reason.startswith("no_action"):
+            r.hold_reason, r.watchdog.latched = None, None
+            r._target = r.tcp()
 
     def close(self) -> None:
         self._gripper.destroy()
