@@ -177,25 +177,24 @@ class Standin(StandinFace):
         cams = {c.name: c for c in r.robot.cameras}
         for name in r.cfg.cameras:
             raw, packed, info = usb_cam_topics(cams[name].topic if name in cams else f"camera/{name}/image")
-            read = f"camera:{name}"  # the sim robot's publisher: the topic the config reads, in its type
-            own = r._pubs.get(read)
-            read_packed = name in cams and cams[name].compressed
-            r._pubs[f"{read}:raw"] = own if own and not read_packed else r.tx.publisher(raw, msgs.IMAGE, STATE_QOS)
-            r._pubs[f"{read}:compressed"] = own if own and read_packed else r.tx.publisher(
-                packed, msgs.COMPRESSED_IMAGE, STATE_QOS)  # fmt: skip
+            read = f"camera:{name}"
+            own = r._pubs[read]  # the sim robot's: the topic the config reads, in its type
+            if name in cams and cams[name].compressed:
+                r._pubs[f"{read}:raw"] = r.tx.publisher(raw, msgs.IMAGE, STATE_QOS)
+                r._pubs[f"{read}:compressed"] = own
+            else:
+                r._pubs[f"{read}:raw"] = own
+                r._pubs[f"{read}:compressed"] = r.tx.publisher(packed, msgs.COMPRESSED_IMAGE, STATE_QOS)
             r._pubs[f"{read}:info"] = r.tx.publisher(info, msgs.CAMERA_INFO, STATE_QOS)
 
     # -------------------------------------------------------------------------------------------- state
 
     def takes_commands(self) -> bool:
-        with self._lock:
-            return self._moving()
-
-    def _moving(self) -> bool:
         from ur_dashboard_msgs.msg import SafetyMode
 
-        normal = self.safety in (SafetyMode.NORMAL, SafetyMode.REDUCED)
-        return normal and self.running and self.twist and self.halt == self._types["ServoStatus"].NO_WARNING
+        with self._lock:
+            normal = self.safety in (SafetyMode.NORMAL, SafetyMode.REDUCED)
+            return normal and self.running and self.twist and self.halt == self._types["ServoStatus"].NO_WARNING
 
     def state(self, out: dict[str, Any], stamp: float) -> dict[str, Any]:
         """The arm's six joints on joint_state_broadcaster's message, the knuckle on the Robotiq's own, the wrench in
