@@ -158,6 +158,7 @@ def test_a_protective_stop_the_driver_does_not_report_is_caught_by_the_watchdog_
 def test_servo_halts_when_commands_stop_and_the_next_command_moves_the_arm_again(domain: int) -> None:
     with ur5e(domain) as (sim, env):
         env.reset(seed=0)
+        env.step(action(0))  # the sim's command watchdog (servo's timeout) starts with the first command
         time.sleep(0.5)  # a policy that paused: past servo's incoming_command_timeout (the sim's 0.25 s)
         assert sim.hold_reason is not None and sim.hold_reason.startswith("no_action")
         assert env._driver.poll() is None and moves(env) > 0.01  # silent, and over with the next command
