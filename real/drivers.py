@@ -47,6 +47,10 @@ class DriverLink:
 class StandinFace:
     """The sim side of a stock driver: `SimRobot` calls these hooks; the base face is the sim robot's own."""
 
+    # Whether our Float64 `gripper_topic` moves the sim fingers; a driver whose gripper takes an action serves that
+    # action itself (the bridge's goals arrive there), as its real gripper ignores our topic.
+    reads_gripper_topic = True
+
     def __init__(self, robot: SimRobot) -> None:
         self.robot = robot
 

@@ -21,6 +21,7 @@ TWIST = "geometry_msgs/msg/TwistStamped"
 WRENCH = "geometry_msgs/msg/WrenchStamped"
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 FLOAT64 = "std_msgs/msg/Float64"
 BOOL = "std_msgs/msg/Bool"
 INT64 = "std_msgs/msg/Int64"
@@ -120,6 +121,40 @@ def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
         header=header_at(stamp, frame_id), height=h, width=w, encoding="rgb8", is_bigendian=0, step=3 * w,
         data=np.ascontiguousarray(rgb, np.uint8).reshape(-1),
     )  # fmt: skip
+
+
+def jpeg_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
+    """A CompressedImage as image_transport's compressed plugin sends it (jpeg of the bgr8 image)."""
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+    assert ok
+    return _t(COMPRESSED_IMAGE)(header=header_at(stamp, frame_id), format="rgb8; jpeg compressed bgr8",
+                                data=buf.reshape(-1))  # fmt: skip
+
+
+_BT601 = np.array([[0.257, 0.504, 0.098], [-0.148, -0.291, 0.439], [0.439, -0.368, -0.071]])  # RGB -> YUV
+
+
+def yuyv_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
+    """An Image as a webcam sends it uncompressed: packed YUV 4:2:2, Y0 U Y1 V (usb_cam's `yuv422_yuy2`)."""
+    h, w, _ = rgb.shape
+    yuv = rgb.astype(np.float64) @ _BT601.T + (16.0, 128.0, 128.0)  # video range, as webcams send and cv2 reads it
+    out = np.empty((h, w, 2), np.uint8)
+    out[..., 0] = np.clip(yuv[..., 0].round(), 0, 255)
+    chroma = 0.5 * (yuv[:, 0::2, 1:] + yuv[:, 1::2, 1:])  # one U and V per pixel pair, averaged
+    chroma = np.clip(chroma.round(), 0, 255)
+    out[:, 0::2, 1], out[:, 1::2, 1] = chroma[..., 0], chroma[..., 1]
+    return _t(IMAGE)(
+        header=header_at(stamp, frame_id), height=h, width=w, encoding="yuv422_yuy2", is_bigendian=0, step=2 * w,
+        data=out.reshape(-1),
+    )  # fmt: skip
+
+
+def camera_info(height: int, width: int, stamp: float, frame_id: str) -> Any:
+    """An uncalibrated camera's info (usb_cam without a calibration file: size only, zero intrinsics)."""
+    return _t(CAMERA_INFO)(header=header_at(stamp, frame_id), height=height, width=width, distortion_model="",
+                           d=np.zeros(0), k=np.zeros(9), r=np.zeros(9), p=np.zeros(12), binning_x=0, binning_y=0,
+                           roi=_t("sensor_msgs/msg/RegionOfInterest")(x_offset=0, y_offset=0, height=0, width=0,
+                                                                      do_rectify=False))  # fmt: skip
 
 
 # sensor_msgs/Image encoding -> (bytes per pixel, cv2 conversion to RGB; None: already RGB). The packed YUV 4:2:2

@@ -660,8 +660,11 @@ class RobotEnv(gym.Env):
             self._wait_for(cleared, "release reported by the robot", _ROBOT_CLEARS_S)
         if self._estop.pressed or self._robot_estop:
             raise SafetyStop("e-stop is pressed; release it (`robot-rl estop release`) to continue")
-        if self._driver is not None and self._robot_hold is not None:
-            self._driver.recover(self.operator_prompt)  # before the home move: a stopped arm takes no commands
+        # Before the home move: a stopped arm takes no commands. A silent stop (the not-following watchdog) may be
+        # one the driver did not report: it gets the driver's recovery too.
+        silent = (self.safety.latched or "").startswith("not_following")
+        if self._driver is not None and (self._robot_hold is not None or silent):
+            self._driver.recover(self.operator_prompt)
         self.safety.reset()
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31))
