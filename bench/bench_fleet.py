@@ -49,6 +49,7 @@ LOADS = ((0, 48000, 8000, 1000), (2, 4800, 1600, 100))
 WEIGHTS_MB = 2.0  # about a camera SAC actor's safetensors blob
 BATCH = 16
 TIMEOUT_S = 180.0
+REPS = 2  # runs per plane and configuration in the full form; the rows keep each plane's fastest, losses summed
 
 
 def episode(n: int, cams: int, seed: int) -> list[Transition]:
@@ -199,8 +200,11 @@ def main(quick: bool = False) -> list[dict]:
     for cams, full, small, floor in LOADS:
         for n in QUICK_ACTORS if quick else ACTORS:
             per_actor = max(floor, (small if quick else full) // n)
-            for plane in PLANES:  # interleaved: both planes see the same box state
-                rows.append(one(plane, n, per_actor, cams))
+            runs = [one(plane, n, per_actor, cams) for _ in range(1 if quick else REPS) for plane in PLANES]
+            for plane in PLANES:  # each plane's best of its runs, interleaved with the other's (a shared box swings)
+                best = max((r for r in runs if r["plane"] == plane), key=lambda r: r["transitions_per_s"])
+                rows.append({**best, "runs": sum(r["plane"] == plane for r in runs),
+                             "losses": sum(r["losses"] for r in runs if r["plane"] == plane)})  # fmt: skip
                 print({k: v for k, v in rows[-1].items() if k != "bench"}, file=sys.stderr, flush=True)
     return rows + verdicts(rows)
 

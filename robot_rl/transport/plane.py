@@ -1,15 +1,17 @@
 """The actor-learner data plane on Zenoh: transitions acknowledged once taken, weights pulled by version, one run id.
 
-Why Zenoh (eclipse-zenoh, issue #56): query/reply gives each transition batch an end-to-end acknowledgement, actors
-dial out to the learner (client mode: a robot PC needs no open port), TLS with a shared CA authenticates both ends,
-and liveliness tokens say who is there. ROS 2 / DDS stays inside each robot cell.
+Why Zenoh (eclipse-zenoh, issue #56): reliable blocking puts plus the learner's cumulative answers give every
+transition batch an end-to-end acknowledgement, actors dial out to the learner (client mode: a robot PC needs no
+open port), TLS with a shared CA authenticates both ends, and liveliness tokens say who is there. ROS 2 / DDS stays
+inside each robot cell.
 
 Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed:
-- `transitions/<actor id>`: an actor's query carries one `TransitionBatch` (the ROS CDR the bulk channel sends); the
-  learner replies `ack` once the caller of `Receiver.poll_batches` has taken the batch (the next poll, after it went
-  into replay), or an error naming why it was refused. An actor keeps at most `credits` batches unanswered, resends
-  one whose answer timed out (the learner counts a repeat by its sequence number, once), and blocks when the learner
-  stops taking data: nothing is dropped silently.
+- `transitions/<actor id>`: an actor's reliable, blocking put of one `TransitionBatch` (the ROS CDR the bulk channel
+  sends). `acks/<actor id>`: the learner's cumulative answer, "every transition before seq N is in", once per poll
+  for the batches the caller of `Receiver.poll_batches` took at the previous poll (they went into replay in
+  between), or one batch refused and why. An actor keeps at most `credits` batches unanswered, sends them again
+  when the oldest waited `ack_timeout_s` (the learner counts a repeat by its sequence number, once), and blocks
+  when the learner stops taking data: nothing is dropped silently.
 - `weights`: the learner's queryable answers with its newest blob (safetensors, sha256 and version attached);
   `weights/version` is a small put of each new version, so actors know their lag and fetch only when they act on it.
 - `alive/<role>/<id>`: liveliness tokens (presence instead of latched endpoints).
@@ -117,14 +119,18 @@ class Sender:
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, actor_id: str, batch_size: int = 16,
                  distro: str = "jazzy") -> None:  # fmt: skip
-        self.session, self.cfg, self.task, self.actor_id = session, cfg, task, actor_id
+        self.cfg, self.task, self.actor_id = cfg, task, actor_id
         self.batch_size, self.distro = batch_size, distro
         self.key = f"{cfg.prefix}/transitions/{actor_id}"
+        # Reliable and blocking: a full learner queue holds the publisher back instead of dropping the sample.
+        self.pub = session.declare_publisher(self.key, congestion_control=zenoh.CongestionControl.BLOCK,
+                                             reliability=zenoh.Reliability.RELIABLE)  # fmt: skip
+        self.acks = session.declare_subscriber(f"{cfg.prefix}/acks/{actor_id}", self._acked)
         self.policy_version = 0
         self._pending: list[Transition] = []
         self._seq = 0
         self._lock = threading.Condition()
-        self._inflight: dict[int, tuple[bytes, float]] = {}  # first seq -> (payload, sent at)
+        self._inflight: dict[int, tuple[bytes, int, float]] = {}  # first seq -> (payload, size, sent at), in order
         self.acked = self.resent = 0
         self.refused: list[str] = []
         self.ack_latencies: deque[float] = deque(maxlen=10_000)
@@ -151,111 +157,125 @@ class Sender:
         within `timeout_s` (default: the ack timeout)."""
         if not self._pending:
             return
+        if not self._wait(lambda: len(self._inflight) < self.cfg.credits,
+                          self.cfg.ack_timeout_s if timeout_s is None else timeout_s):  # fmt: skip
+            raise BackpressureTimeout(f"{self.key}: {len(self._inflight)} batches unanswered")
+        msg = encode_batch(self._pending, self.task, self.actor_id, self._seq, self.policy_version, self.distro)
+        payload = bytes(typesys.serialize_into(msg, BATCH_T, None, self.distro))
         with self._lock:
-            if not self._lock.wait_for(lambda: len(self._inflight) < self.cfg.credits,
-                                       self.cfg.ack_timeout_s if timeout_s is None else timeout_s):  # fmt: skip
-                raise BackpressureTimeout(f"{self.key}: {len(self._inflight)} batches unanswered")
-            msg = encode_batch(self._pending, self.task, self.actor_id, self._seq, self.policy_version, self.distro)
-            payload = bytes(typesys.serialize_into(msg, BATCH_T, None, self.distro))
-            self._inflight[self._seq] = (payload, time.monotonic())
-        self._send(self._seq, payload)
+            self._inflight[self._seq] = (payload, len(self._pending), time.monotonic())
+        self.pub.put(payload)
         self._seq += len(self._pending)
         self._pending.clear()
 
-    def _send(self, seq: int, payload: bytes) -> None:
-        self.session.get(self.key, payload=payload, handler=lambda r: self._answered(seq, r),
-                         timeout=self.cfg.ack_timeout_s)  # fmt: skip
-
-    def _answered(self, seq: int, reply: Any) -> None:
+    def _wait(self, pred: Any, timeout_s: float) -> bool:
+        """Waits for `pred` (under the lock), sending every unanswered batch again whenever the oldest has waited
+        `ack_timeout_s` (the learner counts a repeat once)."""
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            entry = self._inflight.get(seq)
-            if entry is None:
-                return
-            if reply.ok:
+            while not pred():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.1))
+                oldest = next(iter(self._inflight.values()), None)
+                if oldest is not None and time.monotonic() - oldest[2] > self.cfg.ack_timeout_s:
+                    self._resend()
+            return True
+
+    def _resend(self) -> None:
+        log.warning("%s: %d batches unanswered for %.1f s: sending them again", self.key, len(self._inflight),
+                    self.cfg.ack_timeout_s)  # fmt: skip
+        for seq, (payload, size, _) in list(self._inflight.items()):
+            self._inflight[seq] = (payload, size, time.monotonic())
+            self.pub.put(payload)
+            self.resent += 1
+
+    def _acked(self, sample: Any) -> None:
+        """The learner's cumulative answer: every transition before `upto` is in, or one batch was refused."""
+        ack = json.loads(sample.payload.to_bytes())
+        now = time.monotonic()
+        with self._lock:
+            if "refused" in ack:  # the learner will never take it: counted, reported, not resent
+                if self._inflight.pop(ack["refused"], None) is not None:
+                    self.refused.append(ack["why"])
+            for seq, (_, size, sent) in list(self._inflight.items()):
+                if seq + size > ack.get("upto", -1):
+                    break
                 del self._inflight[seq]
                 self.acked += 1
-                self.ack_latencies.append(time.monotonic() - entry[1])
-                self._lock.notify_all()
-                return
-            why = reply.err.payload.to_bytes().decode(errors="replace")
-            if why.startswith("refused"):  # the learner will never take it: counted, reported, not resent
-                del self._inflight[seq]
-                self.refused.append(why)
-                self._lock.notify_all()
-                return
-            self.resent += 1
-        log.warning("%s: batch %d unanswered (%s): sending it again", self.key, seq, why)
-        self._send(seq, entry[0])
+                self.ack_latencies.append(now - sent)
+            self._lock.notify_all()
 
     def wait_acked(self, timeout_s: float) -> bool:
         """Whether every batch sent so far was answered within `timeout_s` (an actor's last words)."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self._inflight, timeout_s)
+        return self._wait(lambda: not self._inflight, timeout_s)
 
 
 class Receiver:
-    """Learner side, `TransitionReceiver`'s interface. Queries wait in a bounded queue (`capacity` batches; a full
-    one holds Zenoh's delivery back): a learner that stops polling stops answering, and its actors block on their
-    credits."""
+    """Learner side, `TransitionReceiver`'s interface. Batches wait in a bounded queue (`capacity`; a full one holds
+    Zenoh's delivery, and so the actors' publishers, back); each poll first tells every actor, in one message, how
+    far the batches it took at the previous poll (which the caller has put into replay since) go."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, capacity: int = 256,
                  distro: str = "jazzy") -> None:  # fmt: skip
-        self.cfg, self.task, self.distro = cfg, task, distro
-        self.queries = session.declare_queryable(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
+        self.session, self.cfg, self.task, self.distro = session, cfg, task, distro
+        self.sub = session.declare_subscriber(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
         self.actors: dict[str, ActorState] = {}
         self.repeats = 0  # batches an actor sent again that were already taken (acknowledged, not added twice)
         self.refused = 0
-        self._taken: list[Any] = []  # queries whose batches the caller took at the last poll: acknowledged next
+        self._unacked: set[str] = set()  # actors with batches taken since their last answer
 
     def poll(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[Transition]:
         return [t for _, ts in self.poll_batches(timeout_s, max_batches) for t in ts]
 
     def poll_batches(self, timeout_s: float = 0.0, max_batches: int = 64) -> list[tuple[str, list[Transition]]]:
-        """(actor id, transitions) per new batch; acknowledges the previous poll's batches first (the caller put
-        them into replay in between)."""
+        """(actor id, transitions) per new batch; answers the previous poll's batches first."""
         self.ack()
         out: list[tuple[str, list[Transition]]] = []
         deadline = time.monotonic() + timeout_s
         while len(out) < max_batches:
-            query = self.queries.try_recv()  # Zenoh's own channel: no Python callback on its threads (2x the rate)
-            if query is None:
+            sample = self.sub.try_recv()  # Zenoh's own channel: no Python callback on its threads (2x the rate)
+            if sample is None:
                 if out or time.monotonic() >= deadline:
                     break
                 time.sleep(0.0002)
                 continue
-            if (batch := self._take(query)) is not None:
+            if (batch := self._take(sample)) is not None:
                 out.append(batch)
         return out
 
-    def _take(self, query: Any) -> tuple[str, list[Transition]] | None:
+    def _take(self, sample: Any) -> tuple[str, list[Transition]] | None:
+        actor = str(sample.key_expr).rsplit("/", 1)[-1]
         try:
-            msg = typesys.deserialize(query.payload.to_bytes(), BATCH_T, self.distro)
+            msg = typesys.deserialize(sample.payload.to_bytes(), BATCH_T, self.distro)
             ts = decode_batch(msg, self.task)
         except Exception as e:  # a malformed or foreign batch: refused with the reason, never half-used
             self.refused += 1
-            query.reply_err(f"refused: {e}".encode())
-            query.drop()
+            first = getattr(locals().get("msg"), "first_seq", -1)
+            self._answer(actor, {"refused": first, "why": f"refused: {e}"})
             return None
         st = self.actors.setdefault(msg.actor_id, ActorState(next_seq=msg.first_seq))
-        if msg.first_seq < st.next_seq:  # a resend of a batch already taken: its answer was lost
+        self._unacked.add(msg.actor_id)
+        if msg.first_seq < st.next_seq:  # a resend of a batch already taken: its answer was lost or late
             self.repeats += 1
-            self._taken.append(query)
             return None
         st.lost += msg.first_seq - st.next_seq  # an actor restarted past what reached us (its own count says why)
         st.next_seq, st.policy_version = msg.first_seq + msg.size, msg.policy_version
         st.received += msg.size
-        self._taken.append(query)
         return msg.actor_id, ts
 
+    def _answer(self, actor: str, ack: dict) -> None:
+        self.session.put(f"{self.cfg.prefix}/acks/{actor}", json.dumps(ack).encode())
+
     def ack(self) -> None:
-        for query in self._taken:
-            query.reply(query.key_expr, b"ack")
-            query.drop()
-        self._taken.clear()
+        for actor in self._unacked:
+            self._answer(actor, {"upto": self.actors[actor].next_seq})
+        self._unacked.clear()
 
     def close(self) -> None:
         self.ack()
-        self.queries.undeclare()
+        self.sub.undeclare()
 
 
 class WeightsServer:
