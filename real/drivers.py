@@ -54,6 +54,11 @@ class StandinFace:
         """Whether the arm acts on Cartesian commands now (a protective stop or a halted servo drops them)."""
         return True
 
+    def takes_gripper_opening(self) -> bool:
+        """Whether our Float64 opening moves the fingers (False: the driver's gripper action does, through
+        `robot-rl gripper-bridge`, as on the real cell)."""
+        return True
+
     def state(self, out: dict[str, Any], stamp: float) -> dict[str, Any]:
         """The state messages to publish this tick (publisher key -> message), in the driver's shape."""
         return out

@@ -304,8 +304,9 @@ class SimRobot:
                 self._pending.append((now + self.cfg.latency_s, "cmd", m))
                 n_cmd += 1
         for m in self._grip_sub.take():
-            self._pending.append((now + self.cfg.latency_s, "gripper", m))
-            n_grip += 1
+            if self.face.takes_gripper_opening():
+                self._pending.append((now + self.cfg.latency_s, "gripper", m))
+                n_grip += 1
         pressed = self._estop.poll() or self._estop.pressed
         for m in self._reset_sub.take():  # after the commands: a reset drops whatever was still pending
             if pressed:  # a reset moves the arm: not while the e-stop is pressed (the requester sees the hold)
