@@ -47,16 +47,15 @@ class DriverLink:
 class StandinFace:
     """The sim side of a stock driver: `SimRobot` calls these hooks; the base face is the sim robot's own."""
 
+    # Whether our Float64 `gripper_topic` moves the sim fingers; a driver whose gripper takes an action serves that
+    # action itself (the bridge's goals arrive there), as its real gripper ignores our topic.
+    reads_gripper_topic = True
+
     def __init__(self, robot: SimRobot) -> None:
         self.robot = robot
 
     def takes_commands(self) -> bool:
         """Whether the arm acts on Cartesian commands now (a protective stop or a halted servo drops them)."""
-        return True
-
-    def takes_gripper_opening(self) -> bool:
-        """Whether our Float64 opening moves the fingers (False: the driver's gripper action does, through
-        `robot-rl gripper-bridge`, as on the real cell)."""
         return True
 
     def state(self, out: dict[str, Any], stamp: float) -> dict[str, Any]:

@@ -107,6 +107,8 @@ def _named_states(names: tuple[str, ...], active: bool) -> list[Any]:
 class Standin(StandinFace):
     """The sim arm as franka_ros2 + CRISP serve it (module docstring), faults and recovery included."""
 
+    reads_gripper_topic = False  # franka_gripper's action moves the fingers (`robot-rl gripper-bridge`)
+
     def __init__(self, robot: SimRobot) -> None:
         super().__init__(robot)
         from control_msgs.action import GripperCommand
@@ -149,9 +151,6 @@ class Standin(StandinFace):
         """The CRISP controller runs only on active hardware and drops a command topic with two publishers."""
         return (self.hardware and self.active[CONTROLLER] and not self.user_stopped
                 and self.ros.node.count_publishers(self.robot.robot.command_topic) <= 1)  # fmt: skip
-
-    def takes_gripper_opening(self) -> bool:
-        return False  # franka_gripper's action moves the fingers (`robot-rl gripper-bridge`)
 
     def state(self, out: dict[str, Any], stamp: float) -> dict[str, Any]:
         joints = out.pop("joints")

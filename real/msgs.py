@@ -122,6 +122,14 @@ def image_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
     )  # fmt: skip
 
 
+def jpeg_msg(rgb: np.ndarray, stamp: float, frame_id: str) -> Any:
+    """A CompressedImage as image_transport's compressed plugin sends it (jpeg of the bgr8 image)."""
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+    assert ok
+    return _t(COMPRESSED_IMAGE)(header=header_at(stamp, frame_id), format="rgb8; jpeg compressed bgr8",
+                                data=buf.reshape(-1))  # fmt: skip
+
+
 # sensor_msgs/Image encoding -> (bytes per pixel, cv2 conversion to RGB; None: already RGB). The packed YUV 4:2:2
 # ones are what a webcam sends uncompressed (usb_cam's default pixel_format yuyv publishes yuv422_yuy2); ROS's own
 # "yuv422" is the UYVY byte order (sensor_msgs/image_encodings, as cv_bridge reads it); "yuyv"/"uyvy" name the byte

@@ -217,9 +217,14 @@ class SimRobot:
         if self._fixture is not None:
             fixture_topic = robot.fixture_pose_topic or "fixture_pose"
             self._pubs["fixture"] = self.tx.publisher(fixture_topic, msgs.POSE, STATE_QOS)
+        # A camera the config reads compressed gets a jpeg CompressedImage (image_transport's), any other an rgb8 Image.
         cams = {c.name: c for c in robot.cameras}
-        self._cam_pubs = {c: self.tx.publisher(cams[c].topic if c in cams else f"camera/{c}/image", msgs.IMAGE,
-                                               STATE_QOS) for c in cfg.cameras}  # fmt: skip
+        self._compressed = {c: c in cams and cams[c].compressed for c in cfg.cameras}
+        for c in cfg.cameras:
+            kind = msgs.COMPRESSED_IMAGE if self._compressed[c] else msgs.IMAGE
+            self._pubs[f"camera:{c}"] = self.tx.publisher(cams[c].topic if c in cams else f"camera/{c}/image", kind,
+                                                          STATE_QOS)  # fmt: skip
+        self.frames: dict[str, np.ndarray] = {}  # the newest rendered RGB frame per camera (a face may re-encode it)
         self._renderer = None
         if cfg.cameras:
             from robot_rl.sim.rendering import CameraRenderer
@@ -304,7 +309,7 @@ class SimRobot:
                 self._pending.append((now + self.cfg.latency_s, "cmd", m))
                 n_cmd += 1
         for m in self._grip_sub.take():
-            if self.face.takes_gripper_opening():
+            if self.face.reads_gripper_topic:
                 self._pending.append((now + self.cfg.latency_s, "gripper", m))
                 n_grip += 1
         pressed = self._estop.poll() or self._estop.pressed
@@ -371,12 +376,14 @@ class SimRobot:
         if self._fixture is not None:
             out["fixture"] = msgs.pose_stamped(d.site_xpos[self._fixture], np.array([1.0, 0.0, 0.0, 0.0]), stamp,
                                                r.base_frame)  # fmt: skip
-        for key, m in self.face.state(out, stamp).items():
-            self._send(key, self._pubs[key], m, stamp, jitter)
         if render:
             self._next_frame = stamp + 1.0 / self.cfg.camera_hz
-            for name, img in self._renderer.render(d).items():
-                self._send(f"camera:{name}", self._cam_pubs[name], msgs.image_msg(img, stamp, name), stamp, jitter)
+            self.frames = self._renderer.render(d)
+            for name, img in self.frames.items():
+                encode = msgs.jpeg_msg if self._compressed[name] else msgs.image_msg
+                out[f"camera:{name}"] = encode(img, stamp, name)
+        for key, m in self.face.state(out, stamp).items():
+            self._send(key, self._pubs[key], m, stamp, jitter)
         self._last_publish = time.monotonic()
 
     def _republish(self) -> None:
