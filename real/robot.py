@@ -565,7 +565,11 @@ class RobotEnv(gym.Env):
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
         target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
         sent = time.time()
-        cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
+        if pushed_before:  # the arm stopped while the policy computed: hold it, judge nothing by its silent state
+            cmd = self.safety.hold(state, "robot_hold")
+            self.publish(cmd)
+        else:
+            cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
         fault = self._policy_fault()
         if state is None:
             raise StaleDataError("no robot state received yet")
