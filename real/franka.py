@@ -22,6 +22,7 @@ report), gripper goals that succeed at once, robot_state at the sim's tick rate 
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 import time
@@ -93,6 +94,17 @@ class _Node:
         self.node.destroy_node()
 
 
+def _rclpy(msg: Any, ros_type: str) -> Any:
+    """Our transport's message (rosbags) as rclpy's class, by its CDR bytes: a field of an rclpy message."""
+    from rclpy.serialization import deserialize_message
+
+    from robot_rl.transport import typesys
+
+    pkg, _, name = ros_type.split("/")
+    cls = getattr(importlib.import_module(f"{pkg}.msg"), name)
+    return deserialize_message(typesys.serialize(msg, ros_type), cls)
+
+
 def _named_states(names: tuple[str, ...], active: bool) -> list[Any]:
     from controller_manager_msgs.msg import NamedLifecycleState
 
@@ -157,7 +169,8 @@ class Standin(StandinFace):
         n_arm = len(self.robot.robot.joint_names)
         split = (joints.name[:n_arm], joints.position[:n_arm], joints.velocity[:n_arm])
         if self._broadcasting("franka_robot_state_broadcaster"):
-            self._publish_robot_state(out, joints, stamp)
+            arm = msgs.joint_state(list(split[0]), np.asarray(split[1]), np.asarray(split[2]), stamp)
+            self._publish_robot_state(out, arm, stamp)
         else:
             out.pop("ee")
             out.pop("wrench")
@@ -209,11 +222,10 @@ class Standin(StandinFace):
     def _publish_robot_state(self, out: dict[str, Any], joints: Any, stamp: float) -> None:
         from franka_msgs.msg import FrankaRobotState
 
-        m = FrankaRobotState()
-        m.header = msgs.header_at(stamp, self.robot.robot.base_frame)
-        m.robot_mode = USER_STOPPED if self.user_stopped else 2  # ROBOT_MODE_MOVE
-        m.o_t_ee, m.o_f_ext_hat_k = out["ee"], out["wrench"]
-        m.measured_joint_state = joints
+        m = FrankaRobotState(robot_mode=USER_STOPPED if self.user_stopped else 2)  # 2: ROBOT_MODE_MOVE
+        m.header = _rclpy(msgs.header_at(stamp, self.robot.robot.base_frame), "std_msgs/msg/Header")
+        m.o_t_ee, m.o_f_ext_hat_k = _rclpy(out["ee"], msgs.POSE), _rclpy(out["wrench"], msgs.WRENCH)
+        m.measured_joint_state = _rclpy(joints, msgs.JOINT_STATE)
         self._state.publish(m)
 
     def _log(self, name: str, text: str) -> None:
@@ -227,7 +239,7 @@ class Standin(StandinFace):
         from controller_manager_msgs.msg import ControllerManagerActivity
 
         m = ControllerManagerActivity()
-        m.header = msgs.header_at(time.time(), "")
+        m.header = _rclpy(msgs.header_at(time.time(), ""), "std_msgs/msg/Header")
         m.controllers = [s for name, on in self.active.items() for s in _named_states((name,), on)]
         m.hardware_components = _named_states((HARDWARE,), self.hardware)
         self._activity.publish(m)
