@@ -105,15 +105,12 @@ def _rclpy(msg: Any, ros_type: str) -> Any:
     return deserialize_message(typesys.serialize(msg, ros_type), cls)
 
 
-def _named_states(names: tuple[str, ...], active: bool) -> list[Any]:
+def _named_state(name: str, active: bool) -> Any:
     from controller_manager_msgs.msg import NamedLifecycleState
 
-    out = []
-    for n in names:
-        s = NamedLifecycleState(name=n)
-        s.state.id, s.state.label = (ACTIVE, "active") if active else (INACTIVE, "inactive")
-        out.append(s)
-    return out
+    s = NamedLifecycleState(name=name)
+    s.state.id, s.state.label = (ACTIVE, "active") if active else (INACTIVE, "inactive")
+    return s
 
 
 class Standin(StandinFace):
@@ -240,8 +237,8 @@ class Standin(StandinFace):
 
         m = ControllerManagerActivity()
         m.header = _rclpy(msgs.header_at(time.time(), ""), "std_msgs/msg/Header")
-        m.controllers = [s for name, on in self.active.items() for s in _named_states((name,), on)]
-        m.hardware_components = _named_states((HARDWARE,), self.hardware)
+        m.controllers = [_named_state(name, on) for name, on in self.active.items()]
+        m.hardware_components = [_named_state(HARDWARE, self.hardware)]
         self._activity.publish(m)
 
     def _error_recovery(self, handle: Any) -> Any:

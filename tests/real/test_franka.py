@@ -163,7 +163,8 @@ def test_a_reflex_between_steps_ends_the_next_step_as_the_terminal_without_a_sta
     cell: RobotConfig, domain: int
 ) -> None:
     """A reflex while the policy computes (heard at the next step's start, the broadcasters silent for longer than
-    any staleness limit) still ends that step as the policy's safety terminal, with nothing sent or waited for."""
+    any staleness limit, through a scene reset) still ends that step as the policy's safety terminal, with nothing
+    waited for."""
     env = RobotEnv(cell, ObsLayout.from_slices(proprio_layout(cell), control_hz=cell.control_hz))
     try:
         with PlainNode(domain, "drill") as peer:
@@ -173,10 +174,17 @@ def test_a_reflex_between_steps_ends_the_next_step_as_the_terminal_without_a_sta
             env.step(np.zeros(4))
             drill.publish(msg_type("std_msgs/msg/String")(data="cartesian_reflex"))
             time.sleep(0.4)
+            # Our scene reset (the person's, here the sim's) does not clear the driver's fault.
+            done = peer.subscribe("/robot_rl/reset_done", "std_msgs/msg/Int64")
+            peer.spin_until(lambda: peer.node.count_subscribers("/robot_rl/reset") > 0, 10, "the reset topic")
+            peer.publisher("/robot_rl/reset", "std_msgs/msg/Int64").publish(msg_type("std_msgs/msg/Int64")(data=7))
+            peer.spin_until(lambda: any(m.data == 7 for m in done), 10, "reset_done 7")
+            time.sleep(0.2)
         started = time.monotonic()
         _, reward, terminated, _, info = env.step(np.zeros(4))
         assert terminated and reward == cell.safety_reward and info["safety_failure"]
         assert info["robot_hold"] == "reflex: cartesian_reflex" and time.monotonic() - started < 0.5 / cell.control_hz
+        assert time.time() - env.stamps()["state_timestamp"] > 0.5  # the broadcaster stayed silent through the reset
         reset(env, 2)
         assert env._driver.poll() is None and not env.step(np.zeros(4))[2]
     finally:
