@@ -40,11 +40,12 @@ def franka(domain: int) -> RobotConfig:
 
 @pytest.fixture
 def cell(domain: int) -> Iterator[RobotConfig]:
-    """`sim-robot --robot franka` (its driver: franka; the cell's two cameras) and the gripper bridge the real
-    driver needs, as their own processes, real time."""
+    """`sim-robot --robot franka` (its driver: franka; the cell's two cameras; no command watchdog: CRISP holds its
+    last target for ever) and the gripper bridge the real driver needs, as their own processes, real time."""
     robot = franka(domain)
     sets = [a for kv in STANDIN for a in ("--robot-set", kv)]
-    procs = [spawn("sim-robot", "--robot", "franka", "--domain", str(domain), "--cameras", "front,wrist", *sets),
+    procs = [spawn("sim-robot", "--robot", "franka", "--domain", str(domain), "--cameras", "front,wrist",
+                   "--command-timeout", "0", *sets),
              spawn("gripper-bridge", "--robot", "franka", "--domain", str(domain))]  # fmt: skip
     yield robot
     stop(*procs)
@@ -208,6 +209,30 @@ def test_a_driver_fault_aborts_the_episode_and_the_next_reset_recovers_it(cell: 
         assert isinstance(RobotHold("x"), EpisodeAborted)
         reset(env, 2)
         assert env._driver.poll() is None and env.step(np.zeros(4))[1] == 0.0
+    finally:
+        env.close()
+
+
+def test_crisp_ignoring_a_target_with_two_publishers_is_caught_as_not_following(cell: RobotConfig, domain: int) -> None:
+    """A second publisher on target_pose (a teleop node left running) makes CRISP drop every target without a word:
+    the arm stays, RobotEnv's not-following watchdog aborts the episode; with the node gone the arm follows again."""
+    env = RobotEnv(cell, ObsLayout.from_slices(proprio_layout(cell), control_hz=cell.control_hz))
+    up = np.array([0.0, 0.0, 1.0, -1.0])
+    try:
+        z0 = reset(env, 1)["state"][2]  # tcp_pos z
+        with PlainNode(domain, "teleop") as peer:
+            peer.publisher(cell.command_topic, "geometry_msgs/msg/PoseStamped")
+            peer.spin_until(lambda: peer.node.count_publishers(cell.command_topic) == 2, 10, "two publishers")
+            time.sleep(0.2)  # the stand-in's graph sees it too
+            with pytest.raises(RobotHold, match="not_following"):
+                for _ in range(cell.follow_window + 3):
+                    z = env.step(up)[0]["state"][2]
+            assert abs(z - z0) < 0.003, (z0, z)
+        time.sleep(0.3)
+        z0 = reset(env, 2)["state"][2]
+        for _ in range(3):
+            z = env.step(up)[0]["state"][2]
+        assert z > z0 + 0.02, (z0, z)
     finally:
         env.close()
 
