@@ -16,8 +16,10 @@ and utiasDSL/crisp_controllers @8093548:
   publisher.
 - franka_gripper: `franka_gripper/gripper_action` (GripperCommand, position = half the finger gap), joint states at
   `state_publish_rate` 15 Hz.
-Modelled, not read: libfranka's exception text (its sources are not mirrored here; the wording is the one labs
-report), gripper goals that succeed at once, robot_state at the sim's tick rate (not 1 kHz).
+libfranka's error: "libfranka: Move command aborted: motion aborted by reflex!" as its robot_impl.h words a
+kReflexAborted move, followed by the Errors that are set (`["cartesian_reflex"]`) as lab logs show it (the code that
+appends them not read). Modelled: a user stop only as robot_state's robot_mode (the arm's own reaction not modelled),
+gripper goals that succeed at once, robot_state at the sim's tick rate (not 1 kHz).
 """
 
 from __future__ import annotations
