@@ -38,7 +38,7 @@ class CameraConfig:
 class GripperBridgeConfig:
     """`robot-rl gripper-bridge` (real/gripper_bridge.py): the opening on `gripper_topic` -> a driver's action."""
 
-    action: str = ""  # the driver's action, e.g. /fr3_gripper/gripper_action ("": the driver reads gripper_topic)
+    action: str = ""  # the driver's action, e.g. /franka_gripper/gripper_action ("": the driver reads gripper_topic)
     action_type: str = "control_msgs/action/GripperCommand"
     position_field: str = "command.position"  # goal field (dotted path) that gets the target
     closed: float = 0.0  # its value for opening 0

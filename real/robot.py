@@ -431,8 +431,9 @@ class RobotEnv(gym.Env):
             msgs.stamp_of(ee),
         )  # fmt: skip
 
-    def _observe(self) -> dict[str, np.ndarray]:
-        self._check_fresh(time.time())
+    def _observe(self, checked: bool = True) -> dict[str, np.ndarray]:
+        if checked:
+            self._check_fresh(time.time())
         state = self.robot_state()
         assert state is not None  # _check_fresh saw both streams
         tcp, stamp = state.tcp_pos, state.stamp
@@ -557,16 +558,22 @@ class RobotEnv(gym.Env):
             self._past[1:] = self._past[:-1].copy()
             self._past[0] = np.where(np.isfinite(a), np.clip(a, -1.0, 1.0), 0.0)  # a rejected value holds
         self._poll()  # the delta is taken from the newest measured TCP, as in the sim env
-        self._raise_if_held()
+        pushed_before = self._pushed()  # heard since the last step's poll: this step is the terminal, no wait
+        if not pushed_before:
+            self._raise_if_held()
         state = self.robot_state()
         tcp = state.tcp_pos if state is not None else np.full(3, np.nan)
         target = tcp + np.clip(a[:3], -1.0, 1.0) * self.max_step  # NaN stays NaN: the filter rejects it
         sent = time.time()
-        cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
+        if pushed_before:  # the arm stopped while the policy computed: hold it, judge nothing by its silent state
+            cmd = self.safety.hold(state, "robot_hold")
+            self.publish(cmd)
+        else:
+            cmd = self.command_target(target, 0.5 * (1.0 - float(np.clip(a[3], -1.0, 1.0))), poll=False)
         fault = self._policy_fault()
         if state is None:
             raise StaleDataError("no robot state received yet")
-        if fault is None:  # a hold has nothing to wait for (one without a target sends no pose to answer)
+        if fault is None and not pushed_before:  # a hold has nothing to wait for (nor a pose to answer)
             if self.cfg.lockstep:
                 self._await_answer(sent)
             else:
@@ -574,11 +581,12 @@ class RobotEnv(gym.Env):
                 self._poll()
             if (reason := self.safety.latched) is not None and reason.startswith("estop"):
                 raise SafetyStop(reason)  # heard while waiting: it outranks how old the state that came with it is
-        pushed = self._robot_hold is not None and self._robot_hold.startswith(tuple(self.cfg.policy_holds))
+        pushed = self._pushed()
         failed = pushed or fault is not None
         if not failed:
             self._raise_if_held()  # this step's command may not have acted: no transition for it
-        obs = self._observe()
+        # A held driver may stop its state streams (a Franka reflex): the terminal shows the newest state, unchecked.
+        obs = self._observe(checked=not pushed)
         self._book()
         if not failed:
             self._check_following(state, cmd)
@@ -593,6 +601,10 @@ class RobotEnv(gym.Env):
             info["peak_ee_force"] = self._peak_force
         reward = self.cfg.safety_reward if failed else float(success)
         return obs, reward, success or failed, truncated, {**info, **self.stamps()}
+
+    def _pushed(self) -> bool:
+        """Whether the robot holds the arm for a reason the policy caused (`policy_holds`: a force reflex)."""
+        return self._robot_hold is not None and self._robot_hold.startswith(tuple(self.cfg.policy_holds))
 
     def _policy_fault(self) -> str | None:
         """The latched fault if the policy's commands led to it (`POLICY_FAULTS` after the episode's first step; at
