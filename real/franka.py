@@ -338,6 +338,8 @@ class Link(DriverLink):
         stop has no service: the person at the robot releases it first."""
         from robot_rl.real.robot import SafetyStop
 
+        if self.poll() is None:  # after a silent stop (the follow watchdog) with nothing wrong here: nothing to redo
+            return
         if self.mode == USER_STOPPED:
             prompt(f"[{self.cfg.name}] release the Franka's user stop, then press Enter ")
             self.mode = None  # robot_state says again once its broadcaster runs
