@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
     from robot_rl.real.sim_robot import SimRobot
 
-DRIVERS = {"franka": "robot_rl.real.franka", "ur5e": "robot_rl.real.ur"}
+# name -> (its module; there: the link, the stand-in face, the map of its joint names to the sim arm's)
+DRIVERS = {
+    "franka": ("robot_rl.real.franka", "FrankaLink", "FrankaStandin", "FRANKA_JOINTS"),
+    "ur5e": ("robot_rl.real.ur", "UrLink", "UrStandin", "UR_JOINTS"),
+}
 
 
 class DriverLink:
@@ -72,17 +76,18 @@ class StandinFace:
         """Release the face's node and threads."""
 
 
-def _module(name: str) -> Any:
+def driver_part(name: str, part: int) -> Any:
+    """`DRIVERS[name]`'s link (1), stand-in face (2) or joint map (3), imported when asked for."""
     if name not in DRIVERS:
         raise ConfigError(f"driver={name!r}: expected one of {', '.join(DRIVERS)} or empty (our own topics)")
-    return importlib.import_module(DRIVERS[name])
+    return getattr(importlib.import_module(DRIVERS[name][0]), DRIVERS[name][part])
 
 
 def make_link(cfg: RobotConfig) -> DriverLink | None:
     """The robot config's driver link; None for a robot that reports through our status topic."""
-    return _module(cfg.driver).Link(cfg) if cfg.driver else None
+    return driver_part(cfg.driver, 1)(cfg) if cfg.driver else None
 
 
 def make_face(name: str, robot: SimRobot) -> StandinFace:
     """`sim-robot --driver NAME`'s face; the sim robot's own for ""."""
-    return _module(name).Standin(robot) if name else StandinFace(robot)
+    return driver_part(name, 2)(robot) if name else StandinFace(robot)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
     from robot_rl.real.sim_robot import SimRobot
 
-MODEL_JOINTS = {**{f"fr3_joint{i}": f"joint{i}" for i in range(1, 8)},
+FRANKA_JOINTS = {**{f"fr3_joint{i}": f"joint{i}" for i in range(1, 8)},
                 "fr3_finger_joint1": "finger_left", "fr3_finger_joint2": "finger_right"}  # fmt: skip
 HARDWARE = "FrankaHardwareInterface"  # the ros2_control component's name in franka_description (single arm)
 BROADCASTERS = ("joint_state_broadcaster", "franka_robot_state_broadcaster")
@@ -115,7 +115,7 @@ def _named_state(name: str, active: bool) -> Any:
     return s
 
 
-class Standin(StandinFace):
+class FrankaStandin(StandinFace):
     """The sim arm as franka_ros2 + CRISP serve it (module docstring), faults and recovery included."""
 
     reads_gripper_topic = False  # franka_gripper's action moves the fingers (`robot-rl gripper-bridge`)
@@ -281,7 +281,7 @@ class Standin(StandinFace):
         return GripperCommand.Result(position=pos, reached_goal=True)
 
 
-class Link(DriverLink):
+class FrankaLink(DriverLink):
     """The robot side: the controller_manager's activity, the hardware's errors on /rosout and robot_state's
     robot_mode make up the hold; recovery is franka_ros2's error_recovery, then hardware and controllers active."""
 

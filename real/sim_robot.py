@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import importlib
 import itertools
 import json
 import logging
@@ -60,7 +59,7 @@ from robot_rl.envs import make_env
 from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
-from robot_rl.real.drivers import DRIVERS, make_face
+from robot_rl.real.drivers import driver_part, make_face
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
@@ -254,10 +253,10 @@ class SimRobot:
 
     @staticmethod
     def _model_joints(driver: str, names: list[str]) -> list[str]:
-        """The sim arm's joints behind a robot config's names: its own, or a driver module's `MODEL_JOINTS` map."""
+        """The sim arm's joints behind a robot config's names: its own, or the driver's joint map."""
         if not driver:
             return names
-        mapping = importlib.import_module(DRIVERS[driver]).MODEL_JOINTS
+        mapping = driver_part(driver, 3)
         return [mapping.get(n, n) for n in names]
 
     def _reset_scene(self, seed: int) -> None:

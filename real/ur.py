@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("robot_rl.ur")
 
 # The sim arm is a 7-DoF Panda: the UR's six joints stand on its joint1..6 (joint7 is not published); the Robotiq
-# knuckle's value is derived from the sim fingers' gap (`Standin.state`), finger_left only locates it.
-MODEL_JOINTS = {
+# knuckle's value is derived from the sim fingers' gap (`UrStandin.state`), finger_left only locates it.
+UR_JOINTS = {
     "shoulder_pan_joint": "joint1", "shoulder_lift_joint": "joint2", "elbow_joint": "joint3",
     "wrist_1_joint": "joint4", "wrist_2_joint": "joint5", "wrist_3_joint": "joint6",
     "robotiq_85_left_knuckle_joint": "finger_left",
@@ -110,7 +110,7 @@ def usb_cam_topics(topic: str) -> tuple[str, str, str]:
     return raw, f"{raw}/compressed", f"{raw.rsplit('/', 1)[0]}/camera_info"
 
 
-class Standin(StandinFace):
+class UrStandin(StandinFace):
     """`sim-robot --driver ur5e`: the sim arm as the UR driver, MoveIt Servo, the Robotiq and usb_cam present it.
 
     A protective stop (the sim's force limit, or `drill("protective_stop")`) sets the safety mode PROTECTIVE_STOP
@@ -374,7 +374,7 @@ def _code_name(code: int) -> str:
     return next((k for k in dir(ServoStatus) if k.isupper() and getattr(ServoStatus, k) == code), str(code))
 
 
-class Link(DriverLink):
+class UrLink(DriverLink):
     """The robot side: the UR's safety mode and program state, servo's status; recovery through the driver's
     services. Servo is switched to TWIST at start (and again at each recovery), so a lab needs no manual call; pose
     targets (a compliance controller) have no servo to switch."""

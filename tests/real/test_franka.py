@@ -30,8 +30,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "ros2_control"
 # What the sim stands in for beyond the driver: the person who resets the scene (the sim re-seeds it on our topic)
 # and judges success (the sim's check on its `success` topic, where a cell has a classifier or a person's key).
 # And the robot PC's timing: a Python sim arm ticking 100 Hz on a shared test host, not a real-time 1 kHz driver, can
-# deliver a state 0.1 s late (the sim config allows 0.2 s too).
-STANDIN = ["scene_reset=topic", "success_topic=success", "reset_timeout_s=30", "safety.state_timeout_s=0.2"]
+# deliver a state late (0.27 s seen with the suite's other worker busy): these tests are about faults, not timing.
+STANDIN = ["scene_reset=topic", "success_topic=success", "reset_timeout_s=30", "safety.state_timeout_s=0.5"]
 
 
 def franka(domain: int) -> RobotConfig:
@@ -119,7 +119,7 @@ def test_a_reflex_is_a_safety_terminal_at_once_and_the_next_reset_recovers_it(ce
     policy's safety terminal (not a staleness abort) within one control period, no other step ends after it, and the
     next reset runs error_recovery and re-activates hardware and controllers by itself; the arm then moves again."""
     lay = sim_layout(cell)
-    env = RobotEnv(cell, lay, max_episode_steps=80)
+    env = RobotEnv(cell, lay, max_episode_steps=200)  # a starved sim arm pushes slower than real time
     rosout = Rosout(domain)
     ends: list[tuple[float, bool]] = []  # (when each step returned, terminal)
     step, recover, recoveries = env.step, env._driver.recover, []
