@@ -61,11 +61,11 @@ def sim_layout(robot: RobotConfig) -> ObsLayout:
 
 def reset(env: RobotEnv, seed: int) -> dict[str, np.ndarray]:
     """A reset, retried as the actor retries it: a loaded test host can deliver a state late (an abort, no fault)."""
-    for _ in range(4):
+    for _ in range(8):
         try:
             return env.reset(seed=seed)[0]
         except StaleDataError:
-            pass
+            time.sleep(0.5)
         except SafetyStop as e:
             if "stale_state" not in str(e):
                 raise
@@ -142,7 +142,14 @@ def test_a_reflex_is_a_safety_terminal_at_once_and_the_next_reset_recovers_it(ce
         # A loaded host may abort an episode on a late message before the push; the reflex itself never aborts
         # (that would have reset, hence recovered, before the terminal).
         assert not recoveries
-        reflex = [t for t, text in rosout.errors("FrankaHardwareInterface") if '["cartesian_reflex"]' in text]
+
+        def reflexes() -> list[float]:
+            return [t for t, text in rosout.errors("FrankaHardwareInterface") if '["cartesian_reflex"]' in text]
+
+        deadline = time.monotonic() + 10.0  # /rosout may reach this listener after the terminal step did
+        while not reflexes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reflex = reflexes()
         assert len(reflex) == 1, rosout.errors("FrankaHardwareInterface")
         after = [(t - reflex[0], done) for t, done in ends if t > reflex[0]]
         assert [d for _, d in after] == [True], after  # one step ended after the reflex: its terminal
