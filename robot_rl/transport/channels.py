@@ -158,17 +158,15 @@ def decode_batch(msg: object, task: str) -> list[Transition]:
     ]  # fmt: skip
 
 
-class TransitionSender:
-    """Actor side: `add` every `Actor.step()` result; a batch goes out when full or at episode end."""
+class Batching:
+    """An actor's pending batch, whichever plane sends it: `add` every `Actor.step()` result; `flush` (the plane's)
+    sends when the batch is full or the episode ends."""
 
-    def __init__(self, transport: Transport, actor_id: str, batch_size: int = 16, queue_batches: int = 64) -> None:
-        """queue_batches: batches the learner has not taken yet before `flush` blocks; also the most policy lag a
-        fast actor can build up."""
-        self.transport, self.actor_id, self.batch_size = transport, actor_id, batch_size
-        self.pub = bulk.publisher(transport, TRANSITIONS_TOPIC, BATCH_T, queue_batches)
-        self.policy_version = 0
-        self._pending: list[Transition] = []
-        self._seq = 0
+    batch_size: int
+    _pending: list[Transition]
+
+    def flush(self) -> None:
+        raise NotImplementedError
 
     def add(self, t: Transition) -> None:
         self.add_nowait(t)
@@ -188,6 +186,19 @@ class TransitionSender:
         n = len(self._pending)
         self._pending.clear()
         return n
+
+
+class TransitionSender(Batching):
+    """Actor side: `add` every `Actor.step()` result; a batch goes out when full or at episode end."""
+
+    def __init__(self, transport: Transport, actor_id: str, batch_size: int = 16, queue_batches: int = 64) -> None:
+        """queue_batches: batches the learner has not taken yet before `flush` blocks; also the most policy lag a
+        fast actor can build up."""
+        self.transport, self.actor_id, self.batch_size = transport, actor_id, batch_size
+        self.pub = bulk.publisher(transport, TRANSITIONS_TOPIC, BATCH_T, queue_batches)
+        self.policy_version = 0
+        self._pending: list[Transition] = []
+        self._seq = 0
 
     def flush(self) -> None:
         """May raise BackpressureTimeout when the learner stops draining; the batch is then kept for a retry."""

@@ -34,7 +34,7 @@ from safetensors.torch import save as st_save
 
 from robot_rl.transport import typesys
 from robot_rl.transport.base import BackpressureTimeout, log
-from robot_rl.transport.channels import BATCH_T, ActorState, decode_batch, encode_batch
+from robot_rl.transport.channels import BATCH_T, ActorState, Batching, decode_batch, encode_batch
 from robot_rl.types import Transition
 
 
@@ -114,7 +114,7 @@ def present(session: zenoh.Session, cfg: PlaneConfig, role: str = "*", timeout_s
     return sorted(str(r.ok.key_expr).rsplit("/", 1)[-1] for r in replies if r.ok)
 
 
-class Sender:
+class Sender(Batching):
     """Actor side, `TransitionSender`'s interface: `add` every step; a batch goes out when full or at episode end."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, actor_id: str, batch_size: int = 16,
@@ -134,23 +134,6 @@ class Sender:
         self.acked = self.resent = 0
         self.refused: list[str] = []
         self.ack_latencies: deque[float] = deque(maxlen=10_000)
-
-    def add(self, t: Transition) -> None:
-        self.add_nowait(t)
-        if self.batch_full or t.done:
-            self.flush()
-
-    def add_nowait(self, t: Transition) -> None:
-        self._pending.append(t)
-
-    @property
-    def batch_full(self) -> bool:
-        return len(self._pending) >= self.batch_size
-
-    def discard_pending(self) -> int:
-        n = len(self._pending)
-        self._pending.clear()
-        return n
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Sends the pending batch once a credit is free; `BackpressureTimeout` (batch kept) when none frees up
