@@ -15,6 +15,8 @@ failure; any other (a fault, a protective stop, a halted servo) aborts the episo
 from __future__ import annotations
 
 import importlib
+import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from robot_rl.errors import ConfigError
@@ -23,11 +25,56 @@ if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
     from robot_rl.real.sim_robot import SimRobot
 
+log = logging.getLogger("robot_rl.drivers")
+
 # name -> (its module; there: the link, the stand-in face, the map of its joint names to the sim arm's)
 DRIVERS = {
     "franka": ("robot_rl.real.franka", "FrankaLink", "FrankaStandin", "FRANKA_JOINTS"),
     "ur5e": ("robot_rl.real.ur", "UrLink", "UrStandin", "UR_JOINTS"),
 }
+
+
+def rcl_qos(latched: bool = False, reliable: bool = True, depth: int | None = None) -> Any:
+    """A QoS as the drivers declare theirs: `latched` is transient local (depth 1 unless given), as on-change status
+    topics publish."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(
+        depth=depth or (1 if latched else 10),
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )
+
+
+class RclNode:
+    """A plain rclpy node in a context of its own, spun by a thread: the drivers' services and actions are not our
+    transport's. Two executor threads: an action's execute callback waits in one while the other serves."""
+
+    def __init__(self, name: str, cfg: RobotConfig) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import MultiThreadedExecutor
+
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=cfg.domain_id)
+        self.node = rclpy.create_node(name, namespace=cfg.namespace.rstrip("/") or "/", context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self.context.ok():
+            try:
+                self.executor.spin_once(timeout_sec=0.05)
+            except Exception:  # shut down under us
+                return
+
+    def close(self) -> None:
+        self.context.try_shutdown()
+        self._thread.join(timeout=2.0)
+        self.executor.shutdown()
+        self.node.destroy_node()
 
 
 class DriverLink:
@@ -71,6 +118,23 @@ class StandinFace:
 
     def tick(self, now: float) -> None:
         """Once per loop iteration: the driver's own services, actions, status topics and timers."""
+
+    def drill(self, kind: str) -> None:
+        """A fault for tests and benches, by name (each driver's own; also on its `<driver>_standin/fault` topic,
+        std_msgs/String, and `sim-robot --drill` from the start)."""
+        raise ConfigError(f"drill {kind!r}: the sim robot's own face has no driver faults (sim-robot --driver)")
+
+    def serve_drills(self, node: Any, topic: str) -> None:
+        """`drill` on a topic: a kind it does not know is logged, and the stand-in goes on."""
+        from std_msgs.msg import String
+
+        def on(m: Any) -> None:
+            try:
+                self.drill(m.data)
+            except ConfigError as e:
+                log.error("%s", e)
+
+        node.create_subscription(String, topic, on, rcl_qos())
 
     def close(self) -> None:
         """Release the face's node and threads."""

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import importlib
 import re
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
-from robot_rl.real.drivers import DriverLink, StandinFace
+from robot_rl.real.drivers import DriverLink, RclNode, StandinFace, rcl_qos
 
 if TYPE_CHECKING:
     from robot_rl.real.config import RobotConfig
@@ -55,45 +55,6 @@ _ERROR = re.compile(r'motion aborted by reflex! \["([a-z_]+)"')
 def _libfranka_text(error: str) -> str:
     """libfranka's ControlException text for a motion aborted by `error` (a franka_msgs/Errors field)."""
     return f'libfranka: Move command aborted: motion aborted by reflex! ["{error}"]'
-
-
-def _qos(reliable: bool, latched: bool = False, depth: int = 10) -> Any:
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
-    return QoSProfile(
-        depth=depth,
-        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
-    )
-
-
-class _Node:
-    """A plain rclpy node in its own context, spun in a thread: services and actions are not our transport's."""
-
-    def __init__(self, name: str, cfg: RobotConfig) -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import MultiThreadedExecutor
-
-        self.context = Context()
-        rclpy.init(context=self.context, domain_id=cfg.domain_id)
-        self.node = rclpy.create_node(name, namespace=cfg.namespace.rstrip("/") or "/", context=self.context)
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while self.context.ok():
-            try:
-                self.executor.spin_once(timeout_sec=0.05)
-            except Exception:  # shut down under us
-                return
-
-    def close(self) -> None:
-        self.context.try_shutdown()
-        self._thread.join(timeout=2.0)
-        self.node.destroy_node()
 
 
 def _rclpy(msg: Any, ros_type: str) -> Any:
@@ -129,18 +90,17 @@ class FrankaStandin(StandinFace):
         from franka_msgs.msg import FrankaRobotState
         from rcl_interfaces.msg import Log
         from rclpy.action import ActionServer
-        from std_msgs.msg import String
 
-        self.ros = _Node("franka_standin", robot.robot)
+        self.ros = RclNode("franka_standin", robot.robot)
         n = self.ros.node
         self.error: str | None = None  # libfranka's, until error_recovery
         self.user_stopped = False
         self.hardware = True
         self.active = dict.fromkeys((*BROADCASTERS, CONTROLLER), True)
         self._activity = n.create_publisher(ControllerManagerActivity, "controller_manager/activity",
-                                            _qos(True, latched=True, depth=1))  # fmt: skip
-        self._rosout = n.create_publisher(Log, "/rosout", _qos(True, latched=True, depth=1000))
-        self._state = n.create_publisher(FrankaRobotState, "franka_robot_state_broadcaster/robot_state", _qos(True))
+                                            rcl_qos(latched=True))  # fmt: skip
+        self._rosout = n.create_publisher(Log, "/rosout", rcl_qos(latched=True, depth=1000))
+        self._state = n.create_publisher(FrankaRobotState, "franka_robot_state_broadcaster/robot_state", rcl_qos())
         self._services = [
             ActionServer(n, ErrorRecovery, "action_server/error_recovery", self._error_recovery),
             ActionServer(n, GripperCommand, "franka_gripper/gripper_action", self._gripper_action),
@@ -149,8 +109,7 @@ class FrankaStandin(StandinFace):
             ),  # fmt: skip
             n.create_service(SwitchController, "controller_manager/switch_controller", self._switch),
         ]
-        # The fault drill (tests, benches): a franka_msgs/Errors field name, or user_stop / user_stop_released.
-        n.create_subscription(String, "franka_standin/fault", self._drill, _qos(True))
+        self.serve_drills(n, "franka_standin/fault")
         self._arm: Any = None  # the arm's newest joint state while its broadcaster runs
         self._fingers: Any = None
         self._next_joints = self._next_fingers = 0.0
@@ -207,11 +166,16 @@ class FrankaStandin(StandinFace):
         """The external activation device: pressed, the robot stops and reports ROBOT_MODE_USER_STOPPED."""
         self.user_stopped = pressed
 
-    def _drill(self, m: Any) -> None:
-        if m.data.startswith("user_stop"):
-            self.user_stop(m.data == "user_stop")
+    def drill(self, kind: str) -> None:
+        """user_stop, user_stop_released, or a libfranka error (a franka_msgs/Errors field name)."""
+        from franka_msgs.msg import Errors
+
+        if kind in ("user_stop", "user_stop_released"):
+            self.user_stop(kind == "user_stop")
+        elif kind in Errors.get_fields_and_field_types():
+            self.fault(kind)
         else:
-            self.fault(m.data)
+            raise ConfigError(f"drill {kind!r}: user_stop, user_stop_released or a franka_msgs/Errors field")
 
     # --------------------------------------------------------------------------------------- internals
 
@@ -294,17 +258,17 @@ class FrankaLink(DriverLink):
         from rcl_interfaces.msg import Log
         from rclpy.action import ActionClient
 
-        self.ros = _Node("robot_rl_franka_link", cfg)
+        self.ros = RclNode("robot_rl_franka_link", cfg)
         n = self.ros.node
         self.hardware: bool | None = None  # None: no activity heard yet
         self.inactive: list[str] = []
         self.error: str | None = None
         self.mode: int | None = None
         n.create_subscription(ControllerManagerActivity, "controller_manager/activity", self._on_activity,
-                              _qos(True, latched=True, depth=1))  # fmt: skip
-        n.create_subscription(Log, "/rosout", self._on_log, _qos(True, depth=100))
+                              rcl_qos(latched=True))  # fmt: skip
+        n.create_subscription(Log, "/rosout", self._on_log, rcl_qos(depth=100))
         n.create_subscription(FrankaRobotState, "franka_robot_state_broadcaster/robot_state", self._on_state,
-                              _qos(False, depth=1))  # fmt: skip
+                              rcl_qos(reliable=False, depth=1))  # fmt: skip
         self.recovery = ActionClient(n, ErrorRecovery, "action_server/error_recovery")
         self.set_hardware = n.create_client(SetHardwareComponentState,
                                             "controller_manager/set_hardware_component_state")  # fmt: skip

@@ -158,6 +158,8 @@ class SimRobotConfig:
     # A stock driver's face (`real/drivers.py`: franka | ur5e): its topics, types, frames, services and faults
     # instead of ours. "": the sim robot's own (our status topic, our gripper topic).
     driver: str = ""
+    # The driver's fault drills in force from the start (`StandinFace.drill`), e.g. ("mute",): a UR never heard.
+    drills: tuple[str, ...] = ()
 
 
 class SimRobot:
@@ -244,6 +246,8 @@ class SimRobot:
         self._status_sent = 0.0
         self.ticks = 0
         self.face = make_face(cfg.driver, self)
+        for kind in cfg.drills:
+            self.face.drill(kind)
         self._reset_scene(cfg.seed)
 
     # ------------------------------------------------------------------------------------------ helpers

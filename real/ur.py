@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
-from robot_rl.real.drivers import DriverLink, StandinFace
+from robot_rl.real.drivers import DriverLink, RclNode, StandinFace, rcl_qos
 from robot_rl.real.robot import STATE_QOS
 
 if TYPE_CHECKING:
@@ -58,47 +59,6 @@ _GOAL_TOLERANCE = 0.02  # robotiq_controllers.yaml
 _HALTS = ("HALT_FOR_SINGULARITY", "HALT_FOR_COLLISION", "JOINT_BOUND")
 
 
-def _qos(latched: bool = False, reliable: bool = True, depth: int = 10) -> Any:
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
-    return QoSProfile(
-        depth=1 if latched else depth,
-        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
-    )
-
-
-class _Node:
-    """An rclpy node in a context of its own, spun by a thread (our transport carries topics, not services)."""
-
-    def __init__(self, name: str, domain_id: int) -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import MultiThreadedExecutor
-
-        self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
-        self.node = rclpy.create_node(name, context=self.context)
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)  # an action waits in one
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while self.context.ok():
-            try:
-                self.executor.spin_once(timeout_sec=0.05)
-            except Exception:  # shutdown under our feet
-                if self.context.ok():
-                    raise
-
-    def close(self) -> None:
-        self.context.try_shutdown()
-        self._thread.join(timeout=2.0)
-        self.executor.shutdown()
-        self.node.destroy_node()
-
-
 def servo_node(cfg: RobotConfig) -> str:
     """MoveIt Servo's node name, from its twist topic (`/servo_node/delta_twist_cmds` -> `/servo_node`)."""
     return cfg.command_topic.rsplit("/", 1)[0]
@@ -116,8 +76,8 @@ class UrStandin(StandinFace):
     A protective stop (the sim's force limit, or `drill("protective_stop")`) sets the safety mode PROTECTIVE_STOP
     and stops the program; the state streams on, Cartesian commands are dropped, through scene resets, until
     `unlock_protective_stop` (refused for `UNLOCK_AFTER_S`) and `resend_robot_program`. A servo halt
-    (`drill("JOINT_BOUND")`, ...) drops commands with that status until the next scene reset. `status_topics =
-    False` publishes none of the status topics (a driver that is not heard).
+    (`drill("JOINT_BOUND")`, ...) drops commands with that status until the next scene reset. `drill("mute")`
+    publishes none of the status topics from then on (a driver that is not heard).
     """
 
     reads_gripper_topic = False  # the Robotiq takes its action (gripper-bridge), not our Float64
@@ -145,20 +105,21 @@ class UrStandin(StandinFace):
         self.stopped_at: float | None = None  # when the newest protective stop began (wall time)
         self._release = False  # the program restarted: the sim's own hold goes (in the loop's thread)
         self._brake = False  # a stop began: the arm stops at the next tick (in the loop's thread)
+        self._force = False  # a force-limit drill: the sim's own hold at the next tick (in the loop's thread)
         self._timed_out: float | None = None  # when servo's incoming_command_timeout halted the arm
         self._seen_reset: float | None = None  # the sim's newest scene reset
         self._sent: dict[str, Any] = {}  # status topic -> newest value published (they publish on change)
         self._types = {"SafetyMode": SafetyMode, "RobotMode": RobotMode, "Bool": Bool, "ServoStatus": ServoStatus,
                        "JointState": JointState, "Result": ParallelGripperCommand.Result}  # fmt: skip
-        self.ros = _Node("ur_standin", cfg.domain_id)
+        self.ros = RclNode("ur_standin", cfg)
         n, servo = self.ros.node, servo_node(cfg)
         self._status_pubs = {
-            "safety_mode": n.create_publisher(SafetyMode, f"{IO}/safety_mode", _qos(latched=True)),
-            "robot_mode": n.create_publisher(RobotMode, f"{IO}/robot_mode", _qos(latched=True)),
-            "robot_program_running": n.create_publisher(Bool, f"{IO}/robot_program_running", _qos(latched=True)),
+            "safety_mode": n.create_publisher(SafetyMode, f"{IO}/safety_mode", rcl_qos(latched=True)),
+            "robot_mode": n.create_publisher(RobotMode, f"{IO}/robot_mode", rcl_qos(latched=True)),
+            "robot_program_running": n.create_publisher(Bool, f"{IO}/robot_program_running", rcl_qos(latched=True)),
         }
-        self._servo_pub = n.create_publisher(ServoStatus, f"{servo}/status", _qos())
-        self._knuckle_pub = n.create_publisher(JointState, cfg.joint_state_topic, _qos())  # the Robotiq's own
+        self._servo_pub = n.create_publisher(ServoStatus, f"{servo}/status", rcl_qos())
+        self._knuckle_pub = n.create_publisher(JointState, cfg.joint_state_topic, rcl_qos())  # the Robotiq's own
         n.create_service(Trigger, f"{DASHBOARD}/unlock_protective_stop", self._unlock)
         n.create_service(Trigger, f"{IO}/resend_robot_program", self._resend)
         if cfg.command_type == "twist":
@@ -169,6 +130,7 @@ class UrStandin(StandinFace):
         f = [robot.model.joint(j) for j in ("finger_left", "finger_right")]
         self._fingers = np.array([j.qposadr[0] for j in f]), np.array([j.dofadr[0] for j in f])
         self._arm_dofs = np.array([robot.model.joint(f"joint{i}").dofadr[0] for i in range(1, 8)])
+        self.serve_drills(n, "ur_standin/fault")
         self._add_camera_publishers()
 
     def _add_camera_publishers(self) -> None:
@@ -240,15 +202,21 @@ class UrStandin(StandinFace):
             self._timed_out = time.time()
 
     def drill(self, kind: str) -> None:
-        """A fault for tests: "protective_stop", or a servo halt named as in ServoStatus (e.g. "JOINT_BOUND")."""
+        """A fault for tests and benches, also on the `ur_standin/fault` topic (std_msgs/String): "protective_stop"
+        (unannounced cause), "force_limit" (the sim's contact check, as a collision would), a servo halt named as
+        in ServoStatus (e.g. "JOINT_BOUND"), or "mute" (the status topics go silent: a driver not heard)."""
+        with self._lock:
+            if kind == "force_limit":
+                self._force = True
+            elif kind == "mute":
+                self.status_topics = False
+            elif kind in _HALTS:
+                self.halt, self._brake = getattr(self._types["ServoStatus"], kind), True
+            elif kind != "protective_stop":
+                raise ConfigError(f"drill {kind!r}: protective_stop, force_limit, mute or one of {', '.join(_HALTS)}")
         if kind == "protective_stop":
             self._protective_stop("drill")
-        elif kind in _HALTS:
-            with self._lock:
-                self.halt, self._brake = getattr(self._types["ServoStatus"], kind), True
-            log.warning("servo drill: %s", kind)
-        else:
-            raise ValueError(f"drill {kind!r}: protective_stop or one of {_HALTS}")
+        log.warning("drill: %s", kind)
 
     def _freeze(self, stop: bool = False) -> None:
         """The target where the TCP is (later twists are dropped); `stop`: the arm's joints at rest too (modelled: a
@@ -341,7 +309,9 @@ class UrStandin(StandinFace):
             if r._reset_time != self._seen_reset:
                 self._seen_reset, self.halt = r._reset_time, self._types["ServoStatus"].NO_WARNING
             state = {"safety_mode": self.safety, "robot_program_running": self.running}
-            halt = self.halt
+            halt, force, self._force = self.halt, self._force, False
+        if force:
+            r._hold("force limit: drill")  # the face's on_hold makes it a protective stop
         if not self.status_topics:
             return
         from ur_dashboard_msgs.msg import RobotMode
@@ -392,11 +362,11 @@ class UrLink(DriverLink):
         self.running: bool | None = None
         self.servo_code = ServoStatus.NO_WARNING
         self.stopped_at: float | None = None  # when this link first heard the current protective stop
-        self.ros = _Node("robot_rl_ur_link", cfg.domain_id)
+        self.ros = RclNode("robot_rl_ur_link", cfg)
         n, servo = self.ros.node, servo_node(cfg)
-        n.create_subscription(SafetyMode, f"{IO}/safety_mode", self._on_safety, _qos(latched=True))
-        n.create_subscription(Bool, f"{IO}/robot_program_running", self._on_running, _qos(latched=True))
-        n.create_subscription(ServoStatus, f"{servo}/status", self._on_servo, _qos(reliable=False, depth=5))
+        n.create_subscription(SafetyMode, f"{IO}/safety_mode", self._on_safety, rcl_qos(latched=True))
+        n.create_subscription(Bool, f"{IO}/robot_program_running", self._on_running, rcl_qos(latched=True))
+        n.create_subscription(ServoStatus, f"{servo}/status", self._on_servo, rcl_qos(reliable=False, depth=5))
         self._switch = n.create_client(ServoCommandType, f"{servo}/switch_command_type")
         self._unlock = n.create_client(Trigger, f"{DASHBOARD}/unlock_protective_stop")
         self._resend = n.create_client(Trigger, f"{IO}/resend_robot_program")

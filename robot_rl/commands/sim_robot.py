@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver", default=None, choices=("", "franka", "ur5e"),
                    help="serve a stock driver's topics, services and faults (real/drivers.py); default: the robot "
                         "config's `driver` ('' for our own topics)")  # fmt: skip
+    p.add_argument("--drill", action="append", default=[], metavar="KIND",
+                   help="a driver fault in force from the start (repeatable; tests, benches): e.g. ur5e's mute, "
+                        "franka's user_stop; later ones go on /<driver>_standin/fault")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until killed)")
     renamed_flag(p, "--hz", "--physics-hz", type=float)
@@ -81,7 +84,7 @@ def main(argv: list[str]) -> int:
         cameras=tuple(c for c in ns.cameras.split(",") if c), camera_hz=ns.camera_hz, image_size=ns.image_size,
         seed=ns.seed, randomization=rand, lockstep=ns.lockstep or robot.lockstep,
         control_hz=ns.control_hz or robot.control_hz, arm=ns.arm,
-        driver=robot.driver if ns.driver is None else ns.driver, **cell,
+        driver=robot.driver if ns.driver is None else ns.driver, drills=tuple(ns.drill), **cell,
     )  # fmt: skip
     serve_sim_robot(cfg, robot, ns.duration, ns.cell)
     return 0
