@@ -310,7 +310,8 @@ class UrStandin(StandinFace):
                 self._seen_reset, self.halt = r._reset_time, self._types["ServoStatus"].NO_WARNING
             state = {"safety_mode": self.safety, "robot_program_running": self.running}
             halt, force, self._force = self.halt, self._force, False
-        if force:
+        if force:  # a servo timeout's silent halt is no reason to miss a collision
+            self._resume(r)
             r._hold("force limit: drill")  # the face's on_hold makes it a protective stop
         if not self.status_topics:
             return
