@@ -24,6 +24,11 @@ the table gives the first crossing and the confirmed point. The operator is the 
 (`intervention.operator=person`: a reaction time, late and sometimes wrong verdicts, missed events, centimetre eyes)
 unless `--operator oracle` (its own work folder) asks for the one that reads the simulator's truth.
 
+`--robots sim,ur5e --realtime` (issue #55): the same loop in real time behind the plain sim robot and then behind
+the UR driver's stand-in (`sim-robot --robot ur5e`: MoveIt Servo twists, split /joint_states, the Robotiq through
+`gripper-bridge`, usb_cam's jpeg images, the TCP-frame wrench, the home move at each reset), each in its own work
+folder, one table.
+
 Robot time is counted whole (`real.timing.ArmClock`, in the run summary): the demos' collection, evaluations and
 confirmations, resets and training steps, each command one control period (10 Hz) on the lockstep sim robot; the
 sim robot's own count of simulated seconds (every command, the classifier's probes too) is reported beside it.
@@ -96,28 +101,74 @@ TASKS = {
 
 
 class SimRobot:
-    """`robot-rl sim-robot --lockstep` serving `task` with both cameras on `domain`; on exit, the simulated seconds."""
+    """`robot-rl sim-robot` serving `task` with both cameras on `domain` (lockstep, or real time), as `robot` presents
+    it (`ur5e`: the UR driver's stand-in, with `gripper-bridge` for its Robotiq); on exit, the simulated seconds."""
 
-    def __init__(self, domain: int, task: str) -> None:
+    def __init__(self, domain: int, task: str, robot: str, realtime: bool) -> None:
         self.domain = domain
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--task", task, "--lockstep", "--cameras",
-             "front,wrist", "--domain", str(self.domain)],
+        at = ["--robot", robot, "--domain", str(domain)]
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--task", task, "--cameras", "front,wrist", *at,
+             *([] if realtime else ["--lockstep"])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        )]  # fmt: skip
+        if robot != "sim":  # a stock gripper takes its driver's action, not our topic
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "gripper-bridge", *at],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
 
     def stop(self) -> float:
-        self.proc.terminate()
-        _, err = self.proc.communicate(timeout=60)
-        found = re.search(r"stopped after \d+ ticks, ([\d.]+) s simulated", err)
-        return float(found.group(1)) if found else 0.0
+        for p in self.procs:
+            p.terminate()
+        err = self.procs[0].communicate(timeout=60)[1]
+        for p in self.procs[1:]:
+            p.communicate(timeout=60)
+        lockstep = re.search(r"stopped after \d+ ticks, ([\d.]+) s simulated", err)
+        ticks = re.search(r"stopped after (\d+) ticks", err)  # real time: 100 Hz physics
+        return float(lockstep.group(1)) if lockstep else int(ticks.group(1)) / 100.0 if ticks else 0.0
 
 
 def run_dir(work: Path, task: Task, seed: int) -> Path:
     return work / ("run" if len(task.seeds) == 1 else f"run_s{seed}")
 
 
-def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...], operator: str) -> dict:
+@dataclass(frozen=True)
+class Cell:
+    """The robot the loop runs behind: `sim` (our own topics) or a stock driver's stand-in (`ur5e`), lockstep or in
+    real time (the arm does not wait for the learner)."""
+
+    robot: str = "sim"
+    realtime: bool = False
+
+    @property
+    def name(self) -> str:
+        return ("" if self.robot == "sim" else f"_{self.robot}") + ("_realtime" if self.realtime else "")
+
+    @property
+    def title(self) -> str:
+        return ("sim robot" if self.robot == "sim" else f"{self.robot} stand-in") + (
+            ", real time" if self.realtime else ", lockstep"
+        )
+
+    def sets(self) -> list[str]:
+        """Robot config overrides (`robot.` less): lockstep; at a stock cell, what its sim stands in for (the person
+        resetting the scene and judging success), and the sim cell's home and motion limits, so that the table
+        compares the driver's path alone (the shipped yaml's slower limits are a lab's first-day choice)."""
+        own = [] if self.realtime else ["lockstep=true"]
+        if self.robot == "sim":
+            return own
+        limits = {"max_translation_step": 0.05, "max_rotation_step": 0.1, "max_velocity": 0.5,
+                  "max_acceleration": 10.0, "gripper_max_delta": 1.0}  # fmt: skip
+        return [
+            *own,
+            "scene_reset=topic",
+            "success_topic=/success",
+            "home_pos=[0.5,0.0,0.15]",
+            *(f"safety.{k}={v}" for k, v in limits.items()),
+        ]
+
+
+def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...], operator: str,
+               at: Cell) -> dict:  # fmt: skip
     state_path = work / "state.json"
     # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
     fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
@@ -136,7 +187,7 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
 
     def stage(name: str, fn) -> None:
-        sim, t = SimRobot(state["domain"], task.name), time.perf_counter()
+        sim, t = SimRobot(state["domain"], task.name, at.robot, at.realtime), time.perf_counter()
         try:
             fn(sim.domain)
         finally:
@@ -146,9 +197,9 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
 
     def robot_args(domain: int, seed: int) -> list[str]:
         return [
-            "robot=sim",
+            f"robot={at.robot}",
             f"task={task.name}",
-            "robot.lockstep=true",
+            *(f"robot.{kv}" for kv in at.sets()),
             f"robot.domain_id={domain}",
             "obs=pixels",
             "threads=1",
@@ -160,11 +211,11 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
 
     # The demos in the cell's limits too (`robot.x=y` as `--robot-set x=y`), so their motion is what training steps.
     cell = [kv.removeprefix("robot.") for kv in task.robot]
-    cell_sets = [a for kv in cell for a in ("--robot-set", kv)]
+    cell_sets = [a for kv in (*at.sets(), *cell) for a in ("--robot-set", kv)]
 
     def collect(domain: int) -> None:
-        cli("collect", str(store), "--task", task.name, "--robot", "sim", "--domain",
-            str(domain), "--robot-set", "lockstep=true", *cell_sets, "-n", str(n_demos), "--teleop", "simulated",
+        cli("collect", str(store), "--task", task.name, "--robot", at.robot, "--domain",
+            str(domain), *cell_sets, "-n", str(n_demos), "--teleop", "simulated",
             "--label-frames", str(hold), "--obs", "pixels", "--wander", str(wander), "--no-fsync",
             *(["--resume"] if store.exists() else []))  # fmt: skip
 
@@ -205,7 +256,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
     faults = state.setdefault("faults", [])
     for seed in seeds:  # one session per seed and call, each its share of the call's budget (`train`)
         # What fixes a run; its budget (loop.*) may change between calls.
-        fixed = {"robot": robot_args(0, seed)[:3] + robot_args(0, seed)[4:], "refit": list(task.refit),
+        fixed = {"robot": [a for a in robot_args(0, seed) if not a.startswith("robot.domain_id=")],
+                 "refit": list(task.refit),
                  "classifier": learned}  # fmt: skip
         if not reusable(run_dir(work, task, seed), fixed, f"the run of seed {seed}"):
             record(run_dir(work, task, seed), fixed)
@@ -248,7 +300,7 @@ def stored_episodes(store: Path) -> int:
         return len(st)
 
 
-def plot(curves: dict[int, list[dict]], task: Task, png: Path) -> None:
+def plot(curves: dict[int, list[dict]], task: Task, at: Cell, png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -264,14 +316,14 @@ def plot(curves: dict[int, list[dict]], task: Task, png: Path) -> None:
     ax.set_xlabel("robot minutes, whole (demos, evaluations, resets, training)")
     ax.set_ylim(-0.02, 1.02)
     sensed = "cameras + proprio + wrench" if task.name == "peg_insert" else "cameras + proprio"
-    ax.set_title(f"{task.title} on the lockstep sim robot: {sensed}, classifier reward", fontsize=9)
+    ax.set_title(f"{task.title} behind the {at.title}: {sensed}, classifier reward", fontsize=9)
     ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
 
 
-def seed_rows(work: Path, task: Task, seed: int, operator: str) -> tuple[list[dict], list[dict]]:
+def seed_rows(work: Path, task: Task, seed: int, operator: str, title: str) -> tuple[list[dict], list[dict]]:
     """(table rows, evaluation curve) of one training seed: its untrained baseline, evaluations and outcome."""
     run = run_dir(work, task, seed)
     done = (run / "summary.json").exists()
@@ -286,7 +338,7 @@ def seed_rows(work: Path, task: Task, seed: int, operator: str) -> tuple[list[di
     evals = [e for e in evals if e is not base]
     reached = summary.get("goal_reached") or goal_reached(evals, task.goal)
     cross, conf = reached["first_crossing"], reached["confirmed"]
-    tag = f"robot loop {task.title}" + (f" seed {seed}" if len(task.seeds) > 1 else "")
+    tag = f"robot loop {title}" + (f" seed {seed}" if len(task.seeds) > 1 else "")
 
     def forces(e: dict | None) -> dict:
         return {} if e is None else {"peak_force_n": e.get("peak_ee_force_max"),
@@ -321,36 +373,45 @@ def seed_rows(work: Path, task: Task, seed: int, operator: str) -> tuple[list[di
 
 
 def main(quick: bool = False, minutes: float = 40.0, task: str = "pick_cube", seeds: str = "",
-         operator: str = "person") -> list[dict]:  # fmt: skip
+         operator: str = "person", robots: str = "sim", realtime: bool = False) -> list[dict]:  # fmt: skip
     """`seeds`: train only these of the task's seeds in this call (comma list; "": all), e.g. one per call on a
-    loaded box; the table shows every seed that has results. `operator`: person | oracle (its own work folder)."""
-    spec = TASKS[task]
-    name = ("robot_loop" if task == "pick_cube" else f"robot_loop_{task}") + ("_oracle" if operator == "oracle" else "")
-    work = HERE / "results" / (f"{name}_quick" if quick else name)
+    loaded box; the table shows every seed that has results. `operator`: person | oracle (its own work folder).
+    `robots`: comma list of sim | ur5e, each its own loop (and work folder), one after another, in one table."""
+    rows = []
+    for robot in robots.split(","):
+        rows += cell_rows(quick, minutes, TASKS[task], seeds, operator, Cell(robot, realtime))
+    return rows
+
+
+def cell_rows(quick: bool, minutes: float, spec: Task, seeds: str, operator: str, at: Cell) -> list[dict]:
+    """The loop behind one cell, run or resumed: its rows, titled with the cell unless it is the lockstep sim."""
+    name = ("robot_loop" if spec.name == "pick_cube" else f"robot_loop_{spec.name}") + at.name
+    work = HERE / "results" / (name + ("_oracle" if operator == "oracle" else "") + ("_quick" if quick else ""))
     if quick:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     todo = tuple(int(x) for x in seeds.split(",")) if seeds else spec.seeds
-    state = run_stages(work, spec, quick, minutes, todo, operator)
+    state = run_stages(work, spec, quick, minutes, todo, operator, at)
     clf = json.loads((work / "classifier.json").read_text())
     t = clf["test"]
+    title = spec.title if at == Cell() else f"{spec.title} ({at.title})"
     rows = [
-        {"bench": f"robot loop {spec.title}: demos by the simulated operator (labelled frames)",
+        {"bench": f"robot loop {title}: demos by the simulated operator (labelled frames)",
          "robot_min": state["robot_s"].get("demos", 0.0) / 60.0, "wall_s": state["wall_s"].get("demos", 0.0)},
-        {"bench": f"robot loop {spec.title}: classifier on {len(clf['episodes']['test'])} held-out episodes",
+        {"bench": f"robot loop {title}: classifier on {len(clf['episodes']['test'])} held-out episodes",
          "precision": t["precision"], "recall": t["recall"], "false_positive_rate": t["false_positive_rate"],
          "threshold": clf["threshold"], "recall_at_0.5": clf["test_at_0.5"]["recall"],
          "fpr_at_0.5": clf["test_at_0.5"]["false_positive_rate"]},
     ]  # fmt: skip
     curves = {}
     for seed in spec.seeds:
-        seed_table, curves[seed] = seed_rows(work, spec, seed, operator)
+        seed_table, curves[seed] = seed_rows(work, spec, seed, operator, title)
         rows += seed_table
-    rows.append({"bench": f"robot loop {spec.title}: all stages", "robot_min_all": sum(state["robot_s"].values()) / 60,
+    rows.append({"bench": f"robot loop {title}: all stages", "robot_min_all": sum(state["robot_s"].values()) / 60,
                  "wall_min": sum(state["wall_s"].values()) / 60.0,
                  "safety_faults_resumed": len(state.get("faults", []))})  # fmt: skip
     if any(curves.values()):
-        plot(curves, spec, work / "curve.png")
+        plot(curves, spec, at, work / "curve.png")
     (work / "robot_loop.json").write_text(json.dumps({"rows": rows, "classifier": clf, "curves": curves}, indent=1))
     return rows
 
@@ -364,6 +425,8 @@ if __name__ == "__main__":
     p.add_argument("--task", default="pick_cube", choices=sorted(TASKS))
     p.add_argument("--seeds", default="", help="comma list of the task's training seeds to run this call (all)")
     p.add_argument("--operator", default="person", choices=("person", "oracle"))
+    p.add_argument("--robots", default="sim", help="comma list of sim | ur5e (a stock driver's stand-in)")
+    p.add_argument("--realtime", action="store_true", help="the sim robot in real time, not lockstep")
     ns = p.parse_args()
-    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds, ns.operator):
+    for row in main(ns.quick, ns.minutes, ns.task, ns.seeds, ns.operator, ns.robots, ns.realtime):
         print(row)

@@ -48,7 +48,14 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
     if area == "main_job":
         return {"seeds": (0, 1) if args.quick else (0, 1, 2, 3, 4)}
     if area == "robot_loop":  # resumable: each call continues the run in bench/results/robot_loop
-        return {"quick": args.quick, "minutes": args.robot_loop_minutes, "task": args.task, "operator": args.operator}
+        return {
+            "quick": args.quick,
+            "minutes": args.robot_loop_minutes,
+            "task": args.task,
+            "operator": args.operator,
+            "robots": args.robots,
+            "realtime": args.realtime,
+        }
     if area == "sim_to_robot":
         return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
     if area == "demos":
@@ -66,6 +73,8 @@ def main() -> int:
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--operator", default="person", help="robot_loop: person | oracle (the simulator's truth)")
+    p.add_argument("--robots", default="sim", help="robot_loop: comma list of sim | ur5e (the UR driver's stand-in)")
+    p.add_argument("--realtime", action="store_true", help="robot_loop: the sim robot in real time, not lockstep")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--tag", default="", help="the short tag of the run files' names (default: quick or full)")
     args = p.parse_args()
