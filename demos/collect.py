@@ -159,7 +159,8 @@ def run_episode(
     `label_frames > 0` records frames for a success classifier: each row gets `label`, the person's verdict on
     that row's observation (on from the step the success key is pressed, off again from the failure key), and the
     success key no longer ends the episode: it goes on `label_frames` steps so the success state is seen from
-    several poses. The person, not the env, decides when it is over (the env's own success ending is ignored).
+    several poses. The person, not the env, decides when it is over (the env's own success ending is ignored; a
+    safety terminal, the arm driven out of its limits, ends it: the arm is held from there).
     """
     device.reset()
     action_dim = int(env.action_space.shape[0])
@@ -206,9 +207,10 @@ def run_episode(
         cam_ts = _camera_times(info, cams, time.monotonic() - t0, t0_wall)
         state_ts = info.get("state_timestamp")
         done = terminated or truncated
-        if label_frames:
+        if label_frames:  # the env's success ending is the person's to judge; a safety terminal still ends it
             hold_left = None if hold_left is None else hold_left - 1
-            done = truncated or hold_left == 0 or bool(limit and len(steps["action"]) >= limit)
+            failed = terminated and not success
+            done = failed or truncated or hold_left == 0 or bool(limit and len(steps["action"]) >= limit)
         if operator is not None:
             operator.readout(readout_line(env, len(steps["action"]), obs, cmd, success))
             if operator.stop_requested:

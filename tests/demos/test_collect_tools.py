@@ -164,6 +164,33 @@ def test_policy_with_intervention_flags(tmp_path: Path) -> None:
     assert np.all(ep.data["action"][:2] == 0)
 
 
+def test_labelling_frames_ends_the_take_at_a_safety_terminal_and_goes_on_past_success() -> None:
+    """With `label_frames`, the env's success ending is ignored (the person holds the success pose for the labelled
+    frames), but a safety terminal ends the take: stepping on would store the held arm's steps, each a terminal."""
+
+    class Terminal(gym.Wrapper):
+        def __init__(self, env: gym.Env, at: int, success: bool) -> None:
+            super().__init__(env)
+            self.at, self.succeed, self.t = at, success, 0
+
+        def reset(self, **kw):
+            self.t = 0
+            return self.env.reset(**kw)
+
+        def step(self, action):
+            obs, reward, _, truncated, info = self.env.step(action)
+            self.t += 1
+            ended = self.t >= self.at
+            return obs, reward, ended, truncated, {**info, "success": ended and self.succeed}
+
+    cfg = CollectConfig(obs="state")
+    for succeed in (False, True):
+        env = Terminal(make_collect_env(cfg), at=4, success=succeed)
+        ep = run_episode(env, ScriptedDevice(), 0, task="PickCube", label_frames=3)
+        # No success key pressed: a success goes on to the episode's limit.
+        assert len(ep.data["action"]) == (env.unwrapped.max_episode_steps if succeed else 4), succeed
+
+
 def test_validate_semantic_problem(tmp_path: Path) -> None:
     with EpisodeStore(tmp_path / "s", "a", fsync=False) as st:
         st.add_episode({"action": np.array([[np.nan]], np.float32)}, meta={"length": 2})
