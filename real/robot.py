@@ -199,7 +199,7 @@ class RobotEnv(gym.Env):
         self.held_grip = held_grip
         self.max_episode_steps = cfg.max_episode_steps or max_episode_steps
         self.home_quat = np.asarray(cfg.home_quat, np.float64)
-        self.safety = SafetyFilter(cfg.safety, self.dt)
+        self.safety = SafetyFilter(cfg.safety, self.dt, servo=cfg.command_type == "twist")
         # Derived tolerance: a quarter of the largest step this env can command, every step of the window.
         step = min(self.max_step, self.safety.step_limit)
         self.follow = FollowWatchdog(cfg.follow_window, cfg.follow_tolerance_m or cfg.follow_window * step / 4,

@@ -268,3 +268,27 @@ def test_follow_keys_load_from_a_robot_config_and_bad_ones_are_refused() -> None
     for bad in ("follow_window=1", "follow_window=-1", "follow_tolerance_m=-0.1", "follow_contact_n=-1"):
         with pytest.raises(ValueError, match="follow_"):
             load_robot_config("sim", [bad])
+
+
+@pytest.mark.parametrize("servo", [True, False])
+def test_twists_to_a_lagging_servo_arm_stop_at_the_workspace_face(servo: bool) -> None:
+    """MoveIt Servo integrates each twist from its own last command, which leads a moving arm by its tracking lag.
+    Driven at full speed into the workspace's face, a filter that knows it is talking to a servo stops servo's
+    command at the face; one that works twists out from the measured TCP alone carries the arm past it."""
+    cfg = dataclasses.replace(CFG, keep_out=[], slow_zones=[], max_acceleration=10.0)
+    f = SafetyFilter(cfg, DT, servo=servo)
+    down = np.array([0.0, 1.0, 0.0, 0.0])
+    arm = command = np.array([0.6, 0.0, 0.2])
+    lowest = np.inf
+    for i in range(20):
+        state = RobotState(arm.copy(), down, 1.0, np.zeros(2), i * DT)
+        cmd = f.filter(arm - [cfg.max_translation_step, 0, 0], down, 1.0, state, i * DT)
+        if cmd.hold:
+            break
+        command = command + cmd.linear_vel * DT  # servo's integration
+        arm = arm + 0.4 * (command - arm)  # a first-order arm: 60 % of its error left after each period
+        lowest = min(lowest, arm[0], command[0])
+    if servo:
+        assert lowest >= LO[0] - 1e-9 and not cmd.hold
+    else:
+        assert lowest < LO[0] - 0.01  # more than a tolerance past the face: a latched stop on the robot
