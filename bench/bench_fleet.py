@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import synthetic_episode
 
 from robot_rl.transport import (
     TransitionReceiver,
@@ -38,7 +39,6 @@ from robot_rl.transport import (
     make_transport,
 )
 from robot_rl.transport.plane import PlaneConfig, Receiver, Sender, WeightsClient, WeightsServer, open_session
-from robot_rl.types import Transition
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 PLANES = ("old", "zenoh")
@@ -50,22 +50,6 @@ WEIGHTS_MB = 2.0  # about a camera SAC actor's safetensors blob
 BATCH = 16
 TIMEOUT_S = 180.0
 REPS = 2  # runs per plane and configuration in the full form; the rows keep each plane's fastest, losses summed
-
-
-def episode(n: int, cams: int, seed: int) -> list[Transition]:
-    rng = np.random.default_rng(seed)
-
-    def obs() -> dict[str, np.ndarray]:
-        o = {"state": rng.standard_normal(13).astype(np.float32)}
-        o.update({f"c{i}": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for i in range(cams)})
-        return o
-
-    cur, out = obs(), []
-    for _ in range(n):
-        nxt = obs()
-        out.append(Transition(cur, rng.uniform(-1, 1, 4).astype(np.float32), 0.0, nxt, False, False))
-        cur = nxt
-    return out
 
 
 def cpu_s() -> float:
@@ -100,7 +84,7 @@ def learner(plane: str, where: str, expected: int, done: Path) -> dict:
 
 
 def actor(plane: str, where: str, name: str, n: int, cams: int, go: Path) -> dict:
-    eps = episode(min(n, 256), cams, seed=int(name[1:]))
+    eps = synthetic_episode(min(n, 256), cams, 64, seed=int(name[1:]))
     if plane == "old":
         tr = make_transport(TransportConfig(backend="rclpy", domain_id=int(where), task="bench", node_name=name))
         tx, wr = TransitionSender(tr, name, batch_size=BATCH), WeightsReceiver(tr)

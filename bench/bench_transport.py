@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import torch
+from common import synthetic_episode
 
 from robot_rl.transport import (
     BackpressureTimeout,
@@ -31,7 +32,6 @@ from robot_rl.transport import (
     typesys,
 )
 from robot_rl.transport.channels import BATCH_T, TRANSITIONS_TOPIC, encode_batch
-from robot_rl.types import Transition
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # inherited by the child processes
 # (cameras, transitions per message, transitions through the channel and TCP, transitions end to end), sized so
@@ -51,23 +51,6 @@ STATE_QOS = TopicQos(depth=None, max_samples=1000)  # reliable keep-all both end
 
 def cfg(name: str, domain: int) -> TransportConfig:
     return TransportConfig(backend="rclpy", domain_id=domain, task="bench", node_name=name)
-
-
-def episode(n: int, cams: int, hw: int = 128, seed: int = 0) -> list[Transition]:
-    """Consecutive transitions sharing frames like an Actor produces them (obs[t+1] is next_obs[t])."""
-    rng = np.random.default_rng(seed)
-
-    def obs() -> dict[str, np.ndarray]:
-        o = {"state": rng.standard_normal(13).astype(np.float32)}
-        o.update({f"c{i}": rng.integers(0, 256, (hw, hw, 3), dtype=np.uint8) for i in range(cams)})
-        return o
-
-    cur, out = obs(), []
-    for _ in range(n):
-        nxt = obs()
-        out.append(Transition(cur, rng.uniform(-1, 1, 4).astype(np.float32), 0.0, nxt, False, False))
-        cur = nxt
-    return out
 
 
 def wait_until(pred, timeout_s: float = 30.0) -> None:
@@ -92,7 +75,7 @@ def child(role: str, domain: int, arg: int) -> None:
         if role == "send":
             batch = int(os.environ["BENCH_BATCH"])
             tx = TransitionSender(tr, "bench", batch_size=batch)
-            eps = episode(EPISODE, cams=int(os.environ["BENCH_CAMS"]))
+            eps = synthetic_episode(EPISODE, cams=int(os.environ["BENCH_CAMS"]))
             wait_until(lambda: tx.pub.matched() >= 1)
             for i in range(arg):
                 tx.add(eps[i % EPISODE])
@@ -101,7 +84,7 @@ def child(role: str, domain: int, arg: int) -> None:
         elif role == "send_cdr":  # the transport alone: one pre-encoded message, published n / batch times
             batch, on_bulk = int(os.environ["BENCH_BATCH"]), os.environ["BENCH_PATH"] == "bulk"
             raw = typesys.serialize(
-                encode_batch(episode(batch, int(os.environ["BENCH_CAMS"])), "bench", "b", 0, 0), BATCH_T
+                encode_batch(synthetic_episode(batch, int(os.environ["BENCH_CAMS"])), "bench", "b", 0, 0), BATCH_T
             )
             pub = (bulk.publisher(tr, TRANSITIONS_TOPIC, BATCH_T, 64) if on_bulk
                    else tr.publisher(ROS_TOPIC, BATCH_T, ROS_QOS))  # fmt: skip
@@ -165,7 +148,7 @@ def spawn(role: str, domain: int, arg: int, **env: str) -> subprocess.Popen:
 
 def e2e_rate(domain: int, n: int, cams: int, batch: int) -> tuple[float, float]:
     """End to end: Transitions into `TransitionSender` in one process, Transitions out of `TransitionReceiver`."""
-    eps = episode(batch, cams)
+    eps = synthetic_episode(batch, cams)
     wire = len(typesys.serialize(encode_batch(eps, "bench", "b", 0, 0), BATCH_T)) / batch
     with make_transport(cfg("bench_rx", domain)) as tr:
         rx = TransitionReceiver(tr)
@@ -291,7 +274,7 @@ def main(quick: bool = False) -> list[dict]:
             (cdr_rate(domain, n, cams, batch, "bulk"), tcp_rate(wire, n, batch)) for _ in range(1 if quick else REPS)
         ]
         cdr, tcp = max(c for c, _ in runs), max(t for _, t in runs)
-        (t,) = episode(1, cams)
+        (t,) = synthetic_episode(1, cams)
         raw = sum(v.nbytes for v in (*t.obs.values(), *t.next_obs.values(), t.action))
         rows.append({"bench": f"transitions, {'2x128px images' if cams else 'state only'}, batch {batch}",
                      "batch": batch, "channel_per_s": cdr, "channel_MB_s": cdr * wire / 1e6, "tcp_per_s": tcp,

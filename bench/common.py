@@ -179,3 +179,23 @@ def reusable(output: Path, params: dict, what: str) -> bool:
 def record(output: Path, params: dict) -> None:
     """Note that `output` was made with `params` (see `reusable`); call it once the stage has finished."""
     _params_path(output).write_text(json.dumps(_normal(params), indent=1, sort_keys=True) + "\n")
+
+
+def synthetic_episode(n: int, cams: int, hw: int = 128, seed: int = 0) -> list:
+    """Consecutive transitions sharing frames as an Actor produces them (obs[t+1] is next_obs[t]): random state,
+    `cams` random `hw` x `hw` frames, random actions (the transport benches' payload)."""
+    from robot_rl.types import Transition
+
+    rng = np.random.default_rng(seed)
+
+    def obs() -> dict[str, np.ndarray]:
+        o = {"state": rng.standard_normal(13).astype(np.float32)}
+        o.update({f"c{i}": rng.integers(0, 256, (hw, hw, 3), dtype=np.uint8) for i in range(cams)})
+        return o
+
+    cur, out = obs(), []
+    for _ in range(n):
+        nxt = obs()
+        out.append(Transition(cur, rng.uniform(-1, 1, 4).astype(np.float32), 0.0, nxt, False, False))
+        cur = nxt
+    return out
