@@ -110,10 +110,9 @@ def _streams(rec: Recording) -> dict[str, tuple[np.ndarray, list[np.ndarray]]]:
         if role in ("command", *_SKIPPED) or not rec.messages.get(topic):
             continue
         items = rec.decoded(topic)
-        if role == "gripper":  # unstamped: the tick of the command logged with it or just before it
-            k = np.searchsorted(cmd_log, [lt for lt, _, _ in items], side="right") - 1
-            rows = [_row(rec, topic, m) for (_, _, m), j in zip(items, k, strict=True) if j >= 0]
-            out["gripper"] = (cmd_t[k[k >= 0]], rows)
+        if role == "gripper":  # unstamped: the tick of the command logged nearest to it (either may arrive first)
+            k = _nearest(cmd_log, np.array([lt for lt, _, _ in items], np.int64))
+            out["gripper"] = (cmd_t[k], [_row(rec, topic, m) for _, _, m in items])
             continue
         t = np.array([pt for _, pt, _ in items], np.float64) * 1e-9
         if role == "joint_states":
@@ -125,6 +124,15 @@ def _streams(rec: Recording) -> dict[str, tuple[np.ndarray, list[np.ndarray]]]:
         order = np.argsort(t, kind="stable")
         out[key] = (t[order], [rows[i] for i in order])
     return out
+
+
+def _nearest(sorted_times: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each of `times`, the index of the nearest of `sorted_times` (not empty)."""
+    if len(sorted_times) == 1:
+        return np.zeros(len(times), np.int64)
+    right = np.clip(np.searchsorted(sorted_times, times), 1, len(sorted_times) - 1)
+    left = right - 1
+    return np.where(times - sorted_times[left] <= sorted_times[right] - times, left, right)
 
 
 def _row(rec: Recording, topic: str, msg: Any) -> np.ndarray:
