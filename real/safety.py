@@ -186,10 +186,10 @@ class SafetyFilter(Limiter):
     """Stateful (previous command, watchdog) filter for one robot at one control period `dt`.
 
     `servo`: the robot takes twists (MoveIt Servo), which it integrates from its own last command, not from the
-    measured TCP; that command leads a moving arm by its tracking lag, so a twist worked out from the measured TCP
-    carries the arm past a limit by that lag (1.8 cm past the workspace at 0.25 m/s behind the UR stand-in). The
-    step then starts where servo's command is, as far as the filter's own twists tell, while that stays within one
-    step of the measured TCP (a halt or a timeout resets servo to the arm)."""
+    measured TCP; that command leads a moving arm by its tracking lag, so a twist bounded at the measured TCP alone
+    carries the arm past a limit by that lag (1.8 cm past the workspace at 0.25 m/s behind the UR stand-in). Each
+    step's end at servo's command (as far as the filter's own twists tell, while within two steps of the measured
+    TCP; a halt or a timeout resets servo to the arm) stays inside the workspace and out of keep-out boxes too."""
 
     def __init__(self, cfg: SafetyConfig, dt: float, servo: bool = False) -> None:
         super().__init__(cfg, dt)
@@ -212,12 +212,18 @@ class SafetyFilter(Limiter):
         self._servo_at = None
         super().reset()
 
-    def _origin(self, pos: np.ndarray) -> np.ndarray:
-        """Where this step's motion starts: the measured TCP, or servo's own command (see the class)."""
+    def _servo_bound(self, pos: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:
+        """`delta` shortened so that servo's command, moved by it, stays inside the limits (see the class)."""
         at = self._servo_at
-        if not self.servo or at is None or float(np.linalg.norm(at - pos)) > self.step_limit:
-            return pos
-        return at
+        if at is None or float(np.linalg.norm(at - pos)) > 2.0 * self.step_limit:  # reset to the arm
+            at = pos
+        end = np.clip(at + delta, self.lo, self.hi)
+        if not np.array_equal(end, at + delta):
+            delta = end - at
+            reasons += [] if "workspace" in reasons else ["workspace"]
+        delta = self._keep_out(at, delta, reasons)
+        self._servo_at, self.prev_vel = at + delta, delta / self.dt
+        return delta
 
     def _valid_state(self, s: RobotState) -> tuple[np.ndarray, np.ndarray] | None:
         pos = np.asarray(s.tcp_pos, dtype=np.float64)
@@ -294,15 +300,16 @@ class SafetyFilter(Limiter):
             self.rejected += 1
             return self.hold(state, "non_finite_action")
 
-        start = self._origin(pos)
-        delta, tq, reasons = self.pose(start, quat, tp, tq)
-        self._servo_at = start + delta if self.servo else None
+        delta, tq, cut = self.pose(pos, quat, tp, tq)
+        reasons = list(cut)
+        if self.servo:
+            delta = self._servo_bound(pos, delta, reasons)
         return SafeCommand(
-            start + delta,
+            pos + delta,
             tq,
             self.gripper(g_want, float(state.gripper)),
             delta / self.dt,
             rotvec_between(quat, tq) / self.dt,
             False,
-            reasons,
+            tuple(reasons),
         )

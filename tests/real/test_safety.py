@@ -286,7 +286,7 @@ def test_twists_to_a_lagging_servo_arm_stop_at_the_workspace_face(servo: bool) -
         if cmd.hold:
             break
         command = command + cmd.linear_vel * DT  # servo's integration
-        arm = arm + 0.4 * (command - arm)  # a first-order arm: 60 % of its error left after each period
+        arm = arm + 0.6 * (command - arm)  # a first-order arm: 40 % of its error left after each period
         lowest = min(lowest, arm[0], command[0])
     if servo:
         assert lowest >= LO[0] - 1e-9 and not cmd.hold
