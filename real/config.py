@@ -100,6 +100,9 @@ class RobotConfig:
     # (Robotiq 2F-85: gripper_closed 0.8 rad, gripper_max_width 0.0).
     gripper_max_width: float = 0.08  # the joints' sum when fully open
     gripper_closed: float = 0.0  # ... and when closed
+    # The fingers' gap fully open, in metres, whatever the joints read in: what a person at the cell sees (a Robotiq
+    # 2F-85: 0.085), which the simulated operator infers a grasp from.
+    gripper_stroke: float = 0.08
     cameras: list[CameraConfig] = field(default_factory=list)
     # The sim robot's camera frames, and `collect --robot NAME`'s rate; a run (`env.image_size`, `env.control_hz`)
     # and a checkpoint (its layout) say what the policy sees and how fast it acts.
@@ -191,6 +194,8 @@ def check_robot_config(cfg: RobotConfig) -> None:
         raise ValueError(f"scene_reset must be one of {SCENE_RESETS}, got {cfg.scene_reset!r}")
     if cfg.gripper_max_width == cfg.gripper_closed:
         raise ValueError("gripper_max_width and gripper_closed must differ (the joints' sum open and closed)")
+    if not cfg.gripper_stroke > 0:
+        raise ValueError(f"gripper_stroke: the fingers' open gap in metres, > 0; got {cfg.gripper_stroke}")
     if min(cfg.home_box) < 0:
         raise ValueError(f"home_box holds half-widths (metres), all >= 0; got {list(cfg.home_box)}")
     if cfg.follow_window < 0 or cfg.follow_window == 1:

@@ -172,8 +172,10 @@ class UrStandin(StandinFace):
             key = f"camera:{name}"
             if out.pop(key, None) is None:  # not rendered this tick
                 continue
-            out[f"{key}:raw"] = msgs.yuyv_msg(rgb, stamp, name)
-            out[f"{key}:compressed"] = msgs.jpeg_msg(rgb, stamp, name)
+            # image_transport encodes a transport only while it has a subscriber: the robot PC's CPU is spared
+            for part, encode in ((":raw", msgs.yuyv_msg), (":compressed", msgs.jpeg_msg)):
+                if r._pubs[key + part].matched():
+                    out[key + part] = encode(rgb, stamp, name)
             out[f"{key}:info"] = msgs.camera_info(*rgb.shape[:2], stamp, name)
         return out
 

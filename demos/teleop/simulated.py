@@ -108,7 +108,7 @@ class SimulatedOperator:
         s = obs["state"]
         tcp = s[layout["tcp_pos"]].astype(np.float64)
         if sight.fixture_pos is None:
-            gap = float(s[layout["gripper_opening"]][0]) * getattr(u.cfg, "gripper_max_width", 0.08)
+            gap = float(s[layout["gripper_opening"]][0]) * u.cfg.gripper_stroke  # metres, whatever the joint reads
             state = self._pick_cube_state(tcp, np.asarray(sight.object_pos, np.float64), gap)
             goal, grip = ScriptedExpert._pick_cube(state)
         else:

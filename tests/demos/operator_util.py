@@ -29,7 +29,7 @@ class Scene:
     frames: list[Frame]
     i: int = 0
     state_layout: dict = field(default_factory=lambda: {"tcp_pos": slice(0, 3), "gripper_opening": slice(3, 4)})
-    cfg: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(gripper_max_width=0.08))
+    cfg: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(gripper_stroke=0.08))
     max_step: float = 0.02
 
     @property
