@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import mujoco
@@ -71,6 +71,31 @@ def reset(env: RobotEnv, seed: int) -> dict[str, np.ndarray]:
             if "stale_state" not in str(e):
                 raise
     return env.reset(seed=seed)[0]
+
+
+def step_until_held(env: RobotEnv, steps: int = 30) -> str:
+    """Zero steps until the driver's hold is heard (a RobotHold's text). A loaded host may deliver the drill late,
+    or starve the stand-in (12 s seen in CI): a stale state is an abort, not the fault, and is stepped past."""
+    for _ in range(steps):
+        try:
+            env.step(np.zeros(4))
+        except RobotHold as e:
+            return str(e)
+        except StaleDataError:
+            time.sleep(0.5)
+    raise AssertionError(f"no hold heard in {steps} steps")
+
+
+def silent_for(heard: list[object], seconds: float) -> Callable[[], bool]:
+    """A predicate: nothing new in `heard` for `seconds` (a broadcaster stopped, seen on the wire)."""
+    last = [time.monotonic(), len(heard)]
+
+    def silent() -> bool:
+        if len(heard) != last[1]:
+            last[:] = [time.monotonic(), len(heard)]
+        return time.monotonic() - last[0] > seconds
+
+    return silent
 
 
 class Push:
@@ -185,8 +210,9 @@ def test_a_reflex_between_steps_ends_the_next_step_as_the_terminal_without_a_sta
             peer.spin_until(lambda: drill.get_subscription_count() > 0, 10, "the stand-in's drill topic")
             reset(env, 1)
             env.step(np.zeros(4))
+            poses = peer.subscribe(cell.ee_pose_topic, "geometry_msgs/msg/PoseStamped")
             drill.publish(msg_type("std_msgs/msg/String")(data="cartesian_reflex"))
-            time.sleep(cell.staleness_s)
+            peer.spin_until(silent_for(poses, cell.staleness_s), 20, "the broadcasters' silence after the reflex")
             # Our scene reset (the person's, here the sim's) does not clear the driver's fault.
             done = peer.subscribe("/robot_rl/reset_done", "std_msgs/msg/Int64")
             peer.spin_until(lambda: peer.node.count_subscribers("/robot_rl/reset") > 0, 10, "the reset topic")
@@ -215,9 +241,7 @@ def test_a_driver_fault_aborts_the_episode_and_the_next_reset_recovers_it(cell: 
             drill = peer.publisher("/franka_standin/fault", "std_msgs/msg/String")
             peer.spin_until(lambda: drill.get_subscription_count() > 0, 10, "the stand-in's drill topic")
             drill.publish(msg_type("std_msgs/msg/String")(data="communication_constraints_violation"))
-            with pytest.raises(RobotHold, match="fault: communication_constraints_violation"):
-                for _ in range(30):  # a loaded host may deliver the drill late
-                    env.step(np.zeros(4))
+            assert "fault: communication_constraints_violation" in step_until_held(env)
         assert isinstance(RobotHold("x"), EpisodeAborted)
         reset(env, 2)
         assert env._driver.poll() is None and env.step(np.zeros(4))[1] == 0.0
@@ -259,9 +283,7 @@ def test_a_user_stop_aborts_and_the_next_reset_asks_the_person_once(cell: RobotC
             peer.spin_until(lambda: drill.get_subscription_count() > 0, 10, "the stand-in's drill topic")
             reset(env, 1)
             drill.publish(msg_type("std_msgs/msg/String")(data="user_stop"))
-            with pytest.raises(RobotHold, match="user stop"):
-                for _ in range(30):  # a loaded host may deliver the drill late
-                    env.step(np.zeros(4))
+            assert "user stop" in step_until_held(env)
             prompts: list[str] = []
 
             def person(text: str) -> None:
