@@ -217,11 +217,7 @@ class SafetyFilter(Limiter):
         at = self._servo_at
         if at is None or float(np.linalg.norm(at - pos)) > 2.0 * self.step_limit:  # reset to the arm
             at = pos
-        end = np.clip(at + delta, self.lo, self.hi)
-        if not np.array_equal(end, at + delta):
-            delta = end - at
-            reasons += [] if "workspace" in reasons else ["workspace"]
-        delta = self._keep_out(at, delta, reasons)
+        delta = self.bound(at, delta, reasons)
         self._servo_at, self.prev_vel = at + delta, delta / self.dt
         return delta
 

@@ -170,12 +170,13 @@ class UrStandin(StandinFace):
         out["wrench"] = msgs.wrench_stamped(rot.T @ force, rot.T @ torque, stamp, cfg.ee_frame)
         for name, rgb in r.frames.items():
             key = f"camera:{name}"
-            if out.pop(key, None) is None:  # not rendered this tick
+            if (own := out.pop(key, None)) is None:  # not rendered this tick
                 continue
             # image_transport encodes a transport only while it has a subscriber: the robot PC's CPU is spared
             for part, encode in ((":raw", msgs.yuyv_msg), (":compressed", msgs.jpeg_msg)):
                 if r._pubs[key + part].matched():
-                    out[key + part] = encode(rgb, stamp, name)
+                    reuse = part == ":compressed" and r._compressed[name]  # the sim robot's jpeg of this frame
+                    out[key + part] = own if reuse else encode(rgb, stamp, name)
             out[f"{key}:info"] = msgs.camera_info(*rgb.shape[:2], stamp, name)
         return out
 

@@ -168,6 +168,12 @@ class Limiter:
                 reasons.append("keep_out")
         return delta
 
+    def bound(self, start: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:
+        """`delta` shortened so that `start + delta` stays inside the workspace and out of keep-out boxes (a step
+        measured from another point than the TCP: where a servo's own command is)."""
+        delta = _cut(reasons, "workspace", delta, np.clip(start + delta, self.lo, self.hi) - start)
+        return self._keep_out(start, delta, reasons)
+
     def stop(self) -> None:
         """A hold: the arm is brought to rest, so the next step accelerates from zero."""
         self.prev_vel = np.zeros(3)
@@ -204,6 +210,6 @@ def _brake(step: np.ndarray, prev: np.ndarray, radius: float) -> np.ndarray:
 
 def _cut(reasons: list[str], why: str, before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """`after`, noting `why` when it differs from `before` by more than rounding."""
-    if float(np.abs(after - before).max()) > REPORT_TOL:
+    if float(np.abs(after - before).max()) > REPORT_TOL and why not in reasons:
         reasons.append(why)
     return after
