@@ -49,6 +49,7 @@ USER_STOPPED = 5  # FrankaRobotState.ROBOT_MODE_USER_STOPPED
 _JOINT_STATE_HZ = 30.0  # franka.launch.py joint_state_rate
 _GRIPPER_STATE_HZ = 15.0  # franka_gripper_node.yaml state_publish_rate
 _FINGER_OPEN = 0.04  # metres per finger: the sim's and franka_gripper's open position
+ERROR_WAIT_S = 0.2  # for libfranka's error text after the hardware went inactive (`FrankaLink.poll`)
 _ERROR = re.compile(r'motion aborted by reflex! \["([a-z_]+)"')
 
 
@@ -264,6 +265,7 @@ class FrankaLink(DriverLink):
         self.inactive: list[str] = []
         self.error: str | None = None
         self.mode: int | None = None
+        self._awaited = False  # this deactivation's error text waited for
         n.create_subscription(ControllerManagerActivity, "controller_manager/activity", self._on_activity,
                               rcl_qos(latched=True))  # fmt: skip
         n.create_subscription(Log, "/rosout", self._on_log, rcl_qos(depth=100))
@@ -276,6 +278,7 @@ class FrankaLink(DriverLink):
 
     def _on_activity(self, m: Any) -> None:
         self.hardware = all(c.state.id == ACTIVE for c in m.hardware_components if c.name == HARDWARE)
+        self._awaited = self._awaited and not self.hardware
         self.inactive = [c.name for c in m.controllers if c.name in (*BROADCASTERS, CONTROLLER)
                          and c.state.id != ACTIVE]  # fmt: skip
 
@@ -289,6 +292,8 @@ class FrankaLink(DriverLink):
     def poll(self) -> str | None:
         if self.mode == USER_STOPPED:
             return "user stop"
+        if self.hardware is False and self.error is None:
+            self._await_error()
         if self.error is not None:
             return f"{'reflex' if self.error.endswith('_reflex') else 'fault'}: {self.error}"
         if self.hardware is False:
@@ -296,6 +301,16 @@ class FrankaLink(DriverLink):
         if self.hardware and self.inactive:
             return f"fault: controllers inactive: {', '.join(self.inactive)}"
         return None
+
+    def _await_error(self) -> None:
+        """The hardware's error text and the deactivation come on two topics, in either order: wait a moment for the
+        text, once per deactivation, so that a reflex (the policy's doing) is not taken for a fault."""
+        if self._awaited:
+            return
+        self._awaited = True
+        deadline = time.monotonic() + ERROR_WAIT_S
+        while self.error is None and time.monotonic() < deadline:
+            time.sleep(0.002)
 
     def recover(self, prompt: Any) -> None:
         """error_recovery, then the hardware and controllers active again, confirmed by the activity topic. A user
