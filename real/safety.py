@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robot_rl.limits import Limiter, SafetyConfig, clip_norm
+from robot_rl.limits import Limiter, SafetyConfig
 
 # Latched faults (reason prefixes) the arm reaches only by being driven there: commands stay inside the workspace
 # and short of keep-out boxes, but nothing stops a policy from winding a joint into its margin or the arm from
@@ -186,12 +186,10 @@ class SafetyFilter(Limiter):
     """Stateful (previous command, watchdog) filter for one robot at one control period `dt`.
 
     `servo`: the robot takes twists (MoveIt Servo), which it integrates from its own last command, not from the
-    measured TCP; that command leads a moving arm by its tracking lag. A twist of the step alone would leave servo's
-    command a lag past the step's end: the arm overshoots every goal (an operator circled the cube by 1 cm behind
-    the UR stand-in) and runs past a limit (1.8 cm past the workspace at 0.25 m/s). So the twist moves servo's
-    command (as far as the filter's own twists tell, while within two steps of the measured TCP; a halt or a
-    timeout resets servo to the arm) onto the step's end, the target a pose-controlled arm is given, at most one
-    step's length, inside the workspace and out of keep-out boxes."""
+    measured TCP; that command leads a moving arm by its tracking lag, so a twist bounded at the measured TCP alone
+    carries the arm past a limit by that lag (1.8 cm past the workspace at 0.25 m/s behind the UR stand-in). Each
+    step's end at servo's command (as far as the filter's own twists tell, while within two steps of the measured
+    TCP; a halt or a timeout resets servo to the arm) stays inside the workspace and out of keep-out boxes too."""
 
     def __init__(self, cfg: SafetyConfig, dt: float, servo: bool = False) -> None:
         super().__init__(cfg, dt)
@@ -214,14 +212,14 @@ class SafetyFilter(Limiter):
         self._servo_at = None
         super().reset()
 
-    def _servo_move(self, pos: np.ndarray, target: np.ndarray, reasons: list[str]) -> np.ndarray:
-        """servo's command moved towards `target` within the limits, as a displacement (see the class)."""
+    def _servo_bound(self, pos: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:
+        """`delta` shortened so that servo's command, moved by it, stays inside the limits (see the class)."""
         at = self._servo_at
         if at is None or float(np.linalg.norm(at - pos)) > 2.0 * self.step_limit:  # reset to the arm
             at = pos
-        move = self.bound(at, clip_norm(target - at, self.step_limit), reasons)
-        self._servo_at = at + move
-        return move
+        delta = self.bound(at, delta, reasons)
+        self._servo_at, self.prev_vel = at + delta, delta / self.dt
+        return delta
 
     def _valid_state(self, s: RobotState) -> tuple[np.ndarray, np.ndarray] | None:
         pos = np.asarray(s.tcp_pos, dtype=np.float64)
@@ -300,12 +298,13 @@ class SafetyFilter(Limiter):
 
         delta, tq, cut = self.pose(pos, quat, tp, tq)
         reasons = list(cut)
-        move = self._servo_move(pos, pos + delta, reasons) if self.servo else delta
+        if self.servo:
+            delta = self._servo_bound(pos, delta, reasons)
         return SafeCommand(
             pos + delta,
             tq,
             self.gripper(g_want, float(state.gripper)),
-            move / self.dt,
+            delta / self.dt,
             rotvec_between(quat, tq) / self.dt,
             False,
             tuple(reasons),
