@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from robot_rl.errors import ConfigError
@@ -69,6 +70,9 @@ class RclNode:
                 self.executor.spin_once(timeout_sec=0.05)
             except Exception:  # shut down under us
                 return
+            # A real pause between spins: rclpy's MultiThreadedExecutor was seen spinning without a wait, the GIL
+            # held, so that the thread waiting on an action's future never ran again (15 min in CI).
+            time.sleep(0.0005)
 
     def close(self) -> None:
         self.context.try_shutdown()
