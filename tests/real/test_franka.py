@@ -214,6 +214,7 @@ def test_a_reflex_between_steps_ends_the_next_step_as_the_terminal_without_a_sta
             poses = peer.subscribe(cell.ee_pose_topic, "geometry_msgs/msg/PoseStamped")
             drill.publish(msg_type("std_msgs/msg/String")(data="cartesian_reflex"))
             peer.spin_until(silent_for(poses, cell.staleness_s), 20, "the broadcasters' silence after the reflex")
+            peer.spin_until(lambda: env._driver.poll() is not None, 20, "the reflex heard by the link")
             # Our scene reset (the person's, here the sim's) does not clear the driver's fault.
             done = peer.subscribe("/robot_rl/reset_done", "std_msgs/msg/Int64")
             peer.spin_until(lambda: peer.node.count_subscribers("/robot_rl/reset") > 0, 10, "the reset topic")
