@@ -24,6 +24,7 @@ gripper goals that succeed at once, robot_state at the sim's tick rate (not 1 kH
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import time
@@ -308,9 +309,8 @@ class FrankaLink(DriverLink):
         if self._awaited:
             return
         self._awaited = True
-        deadline = time.monotonic() + ERROR_WAIT_S
-        while self.error is None and time.monotonic() < deadline:
-            time.sleep(0.002)
+        with contextlib.suppress(TimeoutError):
+            self._wait(lambda: self.error is not None, ERROR_WAIT_S)
 
     def recover(self, prompt: Any) -> None:
         """error_recovery, then the hardware and controllers active again, confirmed by the activity topic. A user
