@@ -165,7 +165,7 @@ class Limiter:
                 t = max(0.0, t - self.cfg.keep_out_clearance / norm)
                 delta = delta * t
                 norm = float(np.linalg.norm(delta))
-                reasons.append("keep_out")
+                reasons += [] if "keep_out" in reasons else ["keep_out"]
         return delta
 
     def bound(self, start: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:
