@@ -151,13 +151,15 @@ class Cell:
 
     def sets(self) -> list[str]:
         """Robot config overrides (`robot.` less): lockstep; at a stock cell, what its sim stands in for (the person
-        resetting the scene and judging success), and the sim cell's home and motion limits, so that the table
-        compares the driver's path alone (the shipped yaml's slower limits are a lab's first-day choice)."""
+        resetting the scene and judging success), and the sim cell's home, motion limits and watchdog deadlines, so
+        that the table compares the driver's path alone (the shipped yaml's slower limits and tighter deadlines are
+        a lab's first-day choice)."""
         own = [] if self.realtime else ["lockstep=true"]
         if self.robot == "sim":
             return own
         limits = {"max_translation_step": 0.05, "max_rotation_step": 0.1, "max_velocity": 0.5,
-                  "max_acceleration": 10.0, "gripper_max_delta": 1.0}  # fmt: skip
+                  "max_acceleration": 10.0, "gripper_max_delta": 1.0, "state_timeout_s": 0.2,
+                  "action_timeout_s": 0.5}  # fmt: skip
         return [
             *own,
             "scene_reset=topic",

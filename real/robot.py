@@ -703,7 +703,7 @@ class RobotEnv(gym.Env):
             self._wait_for(lambda: self._robot_hold is None, "hold cleared by the reset", _ROBOT_CLEARS_S)
         if self._robot_hold is not None:
             raise SafetyStop(f"the robot still holds the arm after the reset ({self._robot_hold}): clear it there")
-        self.safety.reset()
+        self.safety.reset(servo_moved=self.cfg.reset == "home")
         self.follow.reset()
         self._prev_tcp = None
         self._peak_force = 0.0

@@ -187,9 +187,10 @@ class SafetyFilter(Limiter):
 
     `servo`: the robot takes twists (MoveIt Servo), which it integrates from its own last command, not from the
     measured TCP; that command leads a moving arm by its tracking lag, so a twist bounded at the measured TCP alone
-    carries the arm past a limit by that lag (1.8 cm past the workspace at 0.25 m/s behind the UR stand-in). Each
-    step's end at servo's command (as far as the filter's own twists tell, while within two steps of the measured
-    TCP; a halt or a timeout resets servo to the arm) stays inside the workspace and out of keep-out boxes too."""
+    carries the arm past a limit by that lag (1.8 cm past the workspace at 0.25 m/s behind servo on the sim's
+    impedance arm). Each step's end at servo's command (as far as the filter's own twists tell, while within two
+    steps of the measured TCP; a halt or a timeout resets servo to the arm) stays inside the workspace and out of
+    keep-out boxes too."""
 
     def __init__(self, cfg: SafetyConfig, dt: float, servo: bool = False) -> None:
         super().__init__(cfg, dt)
@@ -206,10 +207,13 @@ class SafetyFilter(Limiter):
     def estop(self, reason: str = "estop") -> None:
         self.watchdog.trip(reason)
 
-    def reset(self) -> None:
-        """After a human (or the reset routine) has made the robot safe again."""
+    def reset(self, servo_moved: bool = False) -> None:
+        """After a human (or the reset routine) has made the robot safe again. `servo_moved`: our own twists (a
+        home move) were servo's last commands, so its integrated command is where the estimate says, not at the
+        arm (a stop or a scene reset puts it there)."""
         self.watchdog.reset()
-        self._servo_at = None
+        if not servo_moved:
+            self._servo_at = None
         super().reset()
 
     def _servo_bound(self, pos: np.ndarray, delta: np.ndarray, reasons: list[str]) -> np.ndarray:

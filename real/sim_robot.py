@@ -150,7 +150,10 @@ class SimRobotConfig:
     camera_shift: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     camera_turn: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     camera_fovy: dict[str, float] = field(default_factory=dict)  # degrees added to a camera's field of view
-    arm: str = "osc"  # the env's arm: osc (Cartesian impedance, force-limited) | mocap (sim/envs.py EnvConfig.arm)
+    # The env's arm (sim/envs.py EnvConfig.arm): osc (Cartesian impedance, force-limited: a Franka) | mocap (stiff: a
+    # position-controlled arm) | "": the command's, mocap under twists (MoveIt Servo drives a UR's position
+    # controller, which tracks within milliseconds; an impedance arm's lag under servo's integration oscillates).
+    arm: str = ""
     # Fault drill: this many simulated seconds after each reset the arm stops where it is and drops Cartesian
     # commands while its state and an "ok" status stream on, as a UR protective stop or a halted servo does (what
     # RobotEnv's not-following watchdog must catch); the next reset clears it. 0: never.
@@ -171,7 +174,8 @@ class SimRobot:
         self.env = make_env(
             EnvConfig(
                 task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP,
-                max_episode_steps=2**62, terminate_on_success=False, randomization=rand, arm=cfg.arm,
+                max_episode_steps=2**62, terminate_on_success=False, randomization=rand,
+                arm=cfg.arm or ("mocap" if robot.command_type == "twist" else "osc"),
             ),
             seed=cfg.seed,
         )  # fmt: skip
@@ -187,8 +191,6 @@ class SimRobot:
         joints = [self.model.joint(n) for n in self._model_joints(cfg.driver, names)]
         self._qadr = np.array([j.qposadr[0] for j in joints])
         self._dadr = np.array([j.dofadr[0] for j in joints])
-        # The env clips its mocap target to the task workspace itself; this only bounds twist integration.
-        self._ws_lo, self._ws_hi = np.asarray(robot.safety.workspace_lo), np.asarray(robot.safety.workspace_hi)
         self.rng = np.random.default_rng(cfg.seed)
         if cfg.lockstep and abs(cfg.physics_hz / cfg.control_hz - round(cfg.physics_hz / cfg.control_hz)) > 1e-6:
             raise ValueError(f"lockstep: physics_hz {cfg.physics_hz} is no multiple of control_hz {cfg.control_hz}")
@@ -417,7 +419,9 @@ class SimRobot:
             log.warning("fault drill: dropping Cartesian commands until the next reset")
         self._apply_due(now)
         if self.hold_reason is None and self.robot.command_type == "twist":
-            self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, self._ws_lo, self._ws_hi)
+            # Servo integrates onto its own target; the cell's reach bounds it (never a robot config's workspace: the
+            # policy side's, which a lab narrows around its task and servo does not know).
+            self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, *self.env.unwrapped.workspace)
         tcp = self.tcp()
         action = np.empty(4)
         action[:3] = np.clip((self._target - tcp) / _ENV_MAX_STEP, -1.0, 1.0)

@@ -302,6 +302,11 @@ class PandaEnv(gym.Env):
         """This episode's observation delay in control steps (`randomization.obs_delay` .. `obs_delay_max`)."""
         return self._randomizer.obs_delay
 
+    @property
+    def workspace(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of the TCP targets this episode's arm takes (z from this episode's table top)."""
+        return self._ws_lo.copy(), self._ws_hi.copy()
+
     def sim_state(self) -> dict[str, Any]:
         """Privileged state for scripted experts and the simulated human (never for policies)."""
         d = self.data

@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--camera-jitter", type=float, nargs=2, default=None, metavar=("POS_M", "ROT_RAD"))
     p.add_argument("--object-range", type=float, nargs=2, default=None, metavar=("X_M", "Y_M"),
                    help="object (PegInsert: the hole) start offset +- around the task's spot; 0 0 pins it")  # fmt: skip
-    p.add_argument("--arm", choices=("osc", "mocap"), default="osc", help="the sim arm (sim/envs.py EnvConfig.arm)")
+    p.add_argument(
+        "--arm",
+        choices=("osc", "mocap"),
+        default="",
+        help="the sim arm (sim/envs.py EnvConfig.arm; default: mocap under twist commands, else osc)",
+    )
     p.add_argument("--driver", default=None, choices=("", "franka", "ur5e"),
                    help="serve a stock driver's topics, services and faults (real/drivers.py); default: the robot "
                         "config's `driver` ('' for our own topics)")  # fmt: skip

@@ -292,3 +292,24 @@ def test_twists_to_a_lagging_servo_arm_stop_at_the_workspace_face(servo: bool) -
         assert lowest >= LO[0] - 1e-9 and not cmd.hold
     else:
         assert lowest < LO[0] - 0.01  # more than a tolerance past the face: a latched stop on the robot
+
+
+@pytest.mark.parametrize("servo_moved", [True, False])
+def test_a_home_move_leaves_servo_where_its_twists_took_it(servo_moved: bool) -> None:
+    """A reset's home move is our twists too: servo's command leads the arm when it ends, and the episode's first
+    step starts from there. A filter that took servo to be at the arm after the reset stops servo's command past
+    the workspace's face by the lag it forgot."""
+    cfg = dataclasses.replace(CFG, keep_out=[], slow_zones=[], max_acceleration=10.0)
+    f = SafetyFilter(cfg, DT, servo=True)
+    down = np.array([0.0, 1.0, 0.0, 0.0])
+    arm = command = np.array([LO[0] + 0.08, 0.0, 0.2])
+    lowest = np.inf
+    for i in range(20):
+        if i == 2:  # the home move ends here, the arm still moving
+            f.reset(servo_moved=servo_moved)
+        state = RobotState(arm.copy(), down, 1.0, np.zeros(2), i * DT)
+        cmd = f.filter(arm - [cfg.max_translation_step, 0, 0], down, 1.0, state, i * DT)
+        command = command + cmd.linear_vel * DT
+        arm = arm + 0.6 * (command - arm)
+        lowest = min(lowest, arm[0], command[0])
+    assert (lowest >= LO[0] - 1e-9) == servo_moved, lowest - LO[0]

@@ -221,6 +221,22 @@ def test_servo_halts_when_commands_stop_and_the_next_command_moves_the_arm_again
     assert "holding: no_action" in sim.log  # it did halt
 
 
+def test_servo_integrates_twists_to_the_cells_reach_not_to_a_robot_configs_workspace(domain: int) -> None:
+    """MoveIt Servo knows no workspace of ours: a stand-in started from the shipped yaml (z >= 0.03) takes a policy
+    side whose workspace reaches the table (PickCube's cube centre is at z = 0.02) down past 0.03."""
+    shipped = load_robot_config("ur5e", [f"domain_id={domain}", *LOADED])
+    low = load_robot_config("ur5e", [f"domain_id={domain}", *LOADED, "safety.workspace_lo=[0.25,-0.25,0.02]"])
+    with serving(SimRobotConfig(driver="ur5e"), shipped) as sim:
+        env = ur_env(low)
+        try:
+            env.reset(seed=0)
+            for k in range(24):  # away from the cube, and down at a landing speed that trips no force limit
+                env.step(np.array([0.0, -0.5 * (k < 8), -0.5, -1.0]))
+            assert sim._target[2] < 0.027, sim._target
+        finally:
+            env.close()
+
+
 def test_the_compliant_config_drives_pose_targets_without_servo_and_holds_on_a_protective_stop(domain: int) -> None:
     compliant = str(Path(__file__).parents[2] / "configs" / "robot" / "ur5e_compliant.yaml")
     with ur5e(domain, name=compliant) as (sim, env):
