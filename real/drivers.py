@@ -105,6 +105,9 @@ class StandinFace:
     # Whether our Float64 `gripper_topic` moves the sim fingers; a driver whose gripper takes an action serves that
     # action itself (the bridge's goals arrive there), as its real gripper ignores our topic.
     reads_gripper_topic = True
+    # The contact force (N) on the hand at which the arm holds: the sim env's `ee_force_limit` (a Franka's reflex
+    # thresholds) unless the driver's robot stops elsewhere.
+    force_limit_n: float | None = None
 
     def __init__(self, robot: SimRobot) -> None:
         self.robot = robot
@@ -156,6 +159,11 @@ def make_link(cfg: RobotConfig) -> DriverLink | None:
     return driver_part(cfg.driver, 1)(cfg) if cfg.driver else None
 
 
+def face_class(name: str) -> type[StandinFace]:
+    """`sim-robot --driver NAME`'s face class; the sim robot's own for ""."""
+    return driver_part(name, 2) if name else StandinFace
+
+
 def make_face(name: str, robot: SimRobot) -> StandinFace:
     """`sim-robot --driver NAME`'s face; the sim robot's own for ""."""
-    return driver_part(name, 2)(robot) if name else StandinFace(robot)
+    return face_class(name)(robot)

@@ -59,7 +59,7 @@ from robot_rl.envs import make_env
 from robot_rl.errors import ConfigError
 from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig
-from robot_rl.real.drivers import driver_part, make_face
+from robot_rl.real.drivers import driver_part, face_class, make_face
 from robot_rl.real.robot import COMMAND_READER_QOS, STATE_QOS, EstopListener
 from robot_rl.real.safety import Watchdog
 from robot_rl.real.timing import stop_on_signals
@@ -171,14 +171,14 @@ class SimRobot:
     def __init__(self, cfg: SimRobotConfig, robot: RobotConfig, transport: Transport | None = None) -> None:
         self.cfg, self.robot = cfg, robot
         rand = dataclasses.replace(cfg.randomization, action_latency=0, action_latency_max=0)  # latency: here, in s
-        self.env = make_env(
-            EnvConfig(
-                task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP,
-                max_episode_steps=2**62, terminate_on_success=False, randomization=rand,
-                arm=cfg.arm or ("mocap" if robot.command_type == "twist" else "osc"),
-            ),
-            seed=cfg.seed,
+        env_cfg = EnvConfig(
+            task=cfg.task, obs="state", control_hz=cfg.physics_hz, max_step=_ENV_MAX_STEP, max_episode_steps=2**62,
+            terminate_on_success=False, randomization=rand,
+            arm=cfg.arm or ("mocap" if robot.command_type == "twist" else "osc"),
         )  # fmt: skip
+        if (force := face_class(cfg.driver).force_limit_n) is not None:
+            env_cfg = dataclasses.replace(env_cfg, ee_force_limit=force)
+        self.env = make_env(env_cfg, seed=cfg.seed)
         u = self.env.unwrapped
         self.model, self.data = u.model, u.data
         self._fovy = self.model.cam_fovy.copy()  # the randomiser restores fields of view only when it draws them

@@ -81,6 +81,7 @@ class UrStandin(StandinFace):
     """
 
     reads_gripper_topic = False  # the Robotiq takes its action (gripper-bridge), not our Float64
+    force_limit_n = 150.0  # a UR5e's protective stop on TCP force: PolyScope's default safety limit (Normal mode)
 
     def __init__(self, robot: SimRobot) -> None:
         super().__init__(robot)

@@ -22,7 +22,7 @@ from robot_rl.real import msgs
 from robot_rl.real.config import RobotConfig, load_robot_config, proprio_layout
 from robot_rl.real.robot import RobotEnv, RobotHold
 from robot_rl.real.sim_robot import SimRobot, SimRobotConfig
-from robot_rl.real.ur import UNLOCK_AFTER_S
+from robot_rl.real.ur import UNLOCK_AFTER_S, UrStandin
 from robot_rl.types import ObsLayout
 
 pytestmark = [pytest.mark.ros2, pytest.mark.realtime]
@@ -233,6 +233,7 @@ def test_servo_integrates_twists_to_the_cells_reach_not_to_a_robot_configs_works
             for k in range(24):  # away from the cube, and down at a landing speed that trips no force limit
                 env.step(np.array([0.0, -0.5 * (k < 8), -0.5, -1.0]))
             assert sim._target[2] < 0.027, sim._target
+            assert sim.env.unwrapped.cfg.ee_force_limit == UrStandin.force_limit_n  # its protective stop, not a reflex
         finally:
             env.close()
 
