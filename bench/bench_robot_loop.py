@@ -102,15 +102,18 @@ TASKS = {
 
 class SimRobot:
     """`robot-rl sim-robot` serving `task` with both cameras on `domain` (lockstep, or real time), as `robot` presents
-    it (`ur5e`: the UR driver's stand-in, with `gripper-bridge` for its Robotiq); on exit, the simulated seconds."""
+    it (`ur5e`: the UR driver's stand-in, with `gripper-bridge` for its Robotiq); on exit, the simulated seconds.
+    Its log goes to `log` (appended): a pipe read only at exit blocks the sim robot once 64 KB of log fill it."""
 
-    def __init__(self, domain: int, task: str, robot: str, realtime: bool) -> None:
+    def __init__(self, domain: int, task: str, robot: str, realtime: bool, log: Path) -> None:
         self.domain = domain
         at = ["--robot", robot, "--domain", str(domain)]
+        self.log = log.open("a+")
+        self.start = self.log.tell()
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "robot_rl.cli", "sim-robot", "--task", task, "--cameras", "front,wrist", *at,
              *([] if realtime else ["--lockstep"])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=self.log, text=True,
         )]  # fmt: skip
         if robot != "sim":  # a stock gripper takes its driver's action, not our topic
             self.procs.append(subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "gripper-bridge", *at],
@@ -119,9 +122,11 @@ class SimRobot:
     def stop(self) -> float:
         for p in self.procs:
             p.terminate()
-        err = self.procs[0].communicate(timeout=60)[1]
-        for p in self.procs[1:]:
+        for p in self.procs:
             p.communicate(timeout=60)
+        self.log.seek(self.start)
+        err = self.log.read()
+        self.log.close()
         lockstep = re.search(r"stopped after \d+ ticks, ([\d.]+) s simulated", err)
         ticks = re.search(r"stopped after (\d+) ticks", err)  # real time: 100 Hz physics
         return float(lockstep.group(1)) if lockstep else int(ticks.group(1)) / 100.0 if ticks else 0.0
@@ -189,7 +194,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
 
     def stage(name: str, fn) -> None:
-        sim, t = SimRobot(state["domain"], task.name, at.robot, at.realtime), time.perf_counter()
+        sim = SimRobot(state["domain"], task.name, at.robot, at.realtime, work / "sim-robot.log")
+        t = time.perf_counter()
         try:
             fn(sim.domain)
         finally:
