@@ -103,7 +103,7 @@ def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: P
             finish(learner, 240)
         finally:
             a1.send_signal(signal.SIGCONT)
-            stop(a0, a1, *([a0_again] if a0_again else []))
+            stop(a0, a1, *([a0_again] if a0_again else []), learner)  # a failed wait leaves no learner behind
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == STEPS_KILLED
     names = sorted(a.split("-")[0] for a in s["actors"])
