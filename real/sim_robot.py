@@ -268,6 +268,7 @@ class SimRobot:
     def _reset_scene(self, seed: int) -> None:
         self.model.cam_fovy[:] = self._fovy
         _, info = self.env.reset(seed=seed)
+        self._reach = self.env.unwrapped.workspace  # this scene's: its table top sets the floor
         self._move_cameras()
         self._success = bool(info["success"])
         self._target = self.tcp()
@@ -421,7 +422,7 @@ class SimRobot:
         if self.hold_reason is None and self.robot.command_type == "twist":
             # Servo integrates onto its own target; the cell's reach bounds it (never a robot config's workspace: the
             # policy side's, which a lab narrows around its task and servo does not know).
-            self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, *self.env.unwrapped.workspace)
+            self._target = np.clip(self._target + self._twist / self.cfg.physics_hz, *self._reach)
         tcp = self.tcp()
         action = np.empty(4)
         action[:3] = np.clip((self._target - tcp) / _ENV_MAX_STEP, -1.0, 1.0)
