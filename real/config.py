@@ -134,6 +134,11 @@ class RobotConfig:
     # the step ends the episode as the sim env's safety terminal, worth `safety_reward` and stored, so the critic
     # learns what a push costs, as in the sim. Any other hold (command watchdog, fault) aborts the episode.
     policy_holds: tuple[str, ...] = ("force limit",)
+    # The robot's own stop on TCP force, newtons (a UR's PolyScope force limit; 0: none known). A driver hold whose
+    # status names no cause (a UR protective stop) heard while the wrench topic read at least 80 % of it within the
+    # last two control periods is the policy's push: reported as "force limit (...): <hold>", so `policy_holds`
+    # makes it a safety terminal instead of an abort that is re-run.
+    force_stop_n: float = 0.0
     safety_reward: float = -1.0  # the sim's `env.safety_reward`
     # Not-following watchdog (real/safety.py `FollowWatchdog`): `follow_window` control steps in a row that each
     # commanded at least `follow_tolerance_m / follow_window` of TCP motion, out of contact (under
@@ -200,6 +205,9 @@ def check_robot_config(cfg: RobotConfig) -> None:
         raise ValueError(f"home_box holds half-widths (metres), all >= 0; got {list(cfg.home_box)}")
     if cfg.follow_window < 0 or cfg.follow_window == 1:
         raise ValueError(f"follow_window counts control steps: 0 (off) or >= 2, got {cfg.follow_window}")
+    if cfg.force_stop_n < 0 or (cfg.force_stop_n and not cfg.wrench_topic):
+        raise ValueError(f"force_stop_n: the robot's force stop in newtons (0: none), read on a wrench_topic; got "
+                         f"{cfg.force_stop_n} with wrench_topic {cfg.wrench_topic!r}")  # fmt: skip
     if cfg.follow_tolerance_m < 0 or cfg.follow_contact_n < 0:
         raise ValueError("follow_tolerance_m and follow_contact_n must be >= 0 (0: derived / unchecked)")
     s = cfg.safety

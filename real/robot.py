@@ -5,12 +5,13 @@ relative-frame actions; the sim env does the same) and a gripper opening `(1 - g
 turns that into the command that is published; the env then sleeps to the next absolute deadline and assembles the
 observation from the newest messages. Every stream used in an observation must be younger than
 `cfg.staleness_s` and all stamps must agree within `cfg.align_tol_s`, otherwise `StaleDataError` is raised:
-a policy never acts on old data. A stop the policy caused (the arm driven into a joint's margin, out of the
-workspace or into a keep-out box, or held by the robot for a reason in `policy_holds`) ends the episode as the sim
-env's safety terminal: `info["safety_failure"]`, reward `safety_reward`, after the hold went out. Any other latched
-fault (e-stop, watchdog) raises `SafetyStop` after the hold; `reset()` clears it once the e-stop is released. An arm
-that stops following its commands while its state streams on (a driver's silent stop: `FollowWatchdog`) raises
-`RobotHold` after the hold; `info["unconfirmed_steps"]` says how many of the newest steps that verdict may yet void.
+a policy never acts on old data. A stop the policy caused (the arm driven into a joint's margin, out of the workspace or
+into a keep-out box, or held by the robot for a reason in `policy_holds`, or by a stop that names no cause while the
+hand pressed at the robot's `force_stop_n`) ends the episode as the sim env's safety terminal: `info["safety_failure"]`,
+reward `safety_reward`, after the hold went out. Any other latched fault (e-stop, watchdog) raises `SafetyStop` after
+the hold; `reset()` clears it once the e-stop is released. An arm that stops following its commands while its state
+streams on (a driver's silent stop: `FollowWatchdog`) raises `RobotHold` after the hold; `info["unconfirmed_steps"]`
+says how many of the newest steps that verdict may yet void.
 Success comes from a streaming success topic (checked like the state; a Bool has no stamp, so its age counts from
 the poll that took it), from an event topic (`cfg.success_event`: an operator button, never stale), or from nothing
 (`judges_success` False: the run's classifier or a person's key judges, `ClassifierReward` or the actor).
@@ -60,6 +61,9 @@ COMMAND_READER_QOS = TopicQos(reliable=False, depth=5)
 STATE_FIELDS = (*PROPRIO_FIELDS, "last_actions", *OBJECT_FIELDS)
 _ROBOT_CLEARS_S = 2.0  # after a release, how long a reset waits for the robot's status to stop reporting the e-stop
 _HOME_TOL_M = 0.005  # a reset's home move ends this close to its target
+# A causeless driver stop is the policy's push when the wrench read this share of the robot's force stop within the
+# last two control periods (`RobotConfig.force_stop_n`): a UR's TCP force estimate is good to about a tenth of it.
+_FORCE_STOP_SHARE = 0.8
 REST_ACTION = (0.0, 0.0, 0.0, -1.0)  # `last_actions` after a reset: hold, gripper open (as the sim env)
 # TCP poses kept to turn a tcp-frame wrench: a poll takes at most a reader's depth (5) of each, so this spans several
 # polls of a driver that stamps its wrench and pose from one sample.
@@ -230,9 +234,12 @@ class RobotEnv(gym.Env):
         # The follow watchdog's contact check reads the wrench even where the policy does not observe it (never
         # checked for age: without it, a stall is simply not excused).
         self._contact_sub = None
-        if cfg.wrench_topic and "wrench" not in self._subs and cfg.follow_window and cfg.follow_contact_n:
+        contact_checked = cfg.follow_window and cfg.follow_contact_n
+        if cfg.wrench_topic and "wrench" not in self._subs and (contact_checked or cfg.force_stop_n):
             self._contact_sub = self.tx.subscription(cfg.wrench_topic, msgs.WRENCH, SENSOR_QOS)
         self._force_n = 0.0  # the newest wrench's force on the hand, newtons
+        self._forces: deque[tuple[float, float]] = deque(maxlen=1024)  # (received, N): what `_blame` looks back on
+        self._blamed: tuple[str, str] | None = None  # a driver's stop and the policy-named reason it was given
         self._cams = {c: cams[c] for c in cameras}
         for name, cam in self._cams.items():
             kind = msgs.COMPRESSED_IMAGE if cam.compressed else msgs.IMAGE
@@ -302,8 +309,9 @@ class RobotEnv(gym.Env):
             self._flag_seen = (got[-1], now)
         if self._button is not None and any(m.data for m in self._button.take()):
             self._pressed = True
-        if self._contact_sub is not None and (got := self._contact_sub.take()):
-            self._force_n = float(np.linalg.norm(msgs.wrench_of(got[-1])[0]))
+        if self._contact_sub is not None:
+            for m in self._contact_sub.take():
+                self._heard_force(m, now)
         if self._estop.poll():
             self.safety.estop("estop topic")
         if status := self._status_sub.take():
@@ -313,7 +321,7 @@ class RobotEnv(gym.Env):
                 self.safety.estop("estop held by the robot")
             held = text.startswith("hold: ") and not text.startswith("hold: estop")
             self._status_hold = text.removeprefix("hold: ") if held else None
-        self._robot_hold = self._status_hold or (self._driver.poll() if self._driver is not None else None)
+        self._robot_hold = self._blame(self._status_hold or (self._driver.poll() if self._driver else None), now)
         for m in self._reset_done_sub.take():
             self._reset_done.append((int(m.data), now))
 
@@ -327,10 +335,29 @@ class RobotEnv(gym.Env):
             self._latest[k] = (msg, now)
             self._clocks[k].add(msgs.stamp_of(msg))
         if key == "wrench":
-            self._force_n = float(np.linalg.norm(msgs.wrench_of(msg)[0]))
+            self._heard_force(msg, now)
             self._peak_force = max(self._peak_force, self._force_n)
         elif key == "ee":
             self._poses.append((msgs.stamp_of(msg), msgs.pose_of(msg)[1]))
+
+    def _heard_force(self, msg: Any, now: float) -> None:
+        self._force_n = float(np.linalg.norm(msgs.wrench_of(msg)[0]))
+        self._forces.append((now, self._force_n))
+
+    def _blame(self, hold: str | None, now: float) -> str | None:
+        """`hold`, named the policy's force stop ("force limit (...): hold") when it gives no cause of the policy's
+        and the hand pressed at the robot's force stop just before (`force_stop_n`); it stays so until it clears."""
+        limit = self.cfg.force_stop_n
+        if hold is None or not limit or hold.startswith(tuple(self.cfg.policy_holds)):
+            self._blamed = None
+            return hold
+        if self._blamed is not None and self._blamed[0] == hold:
+            return self._blamed[1]
+        peak = max((f for t, f in self._forces if t >= now - 2.0 * self.dt), default=0.0)
+        if peak < _FORCE_STOP_SHARE * limit:
+            return hold
+        self._blamed = (hold, f"force limit ({peak:.0f} N on the hand, the robot stops at {limit:.0f} N): {hold}")
+        return self._blamed[1]
 
     def _check_frame(self, key: str, msg: Any) -> None:
         """A pose or wrench in another frame than the config's would be misread, not stale: the run stops (a

@@ -394,8 +394,9 @@ class UrLink(DriverLink):
     def poll(self) -> str | None:
         """A stop of the UR's (safety mode, then program), then a servo halt; None while the arm may move.
 
-        A protective stop is never the policy's (not in `policy_holds`): the safety mode does not say what caused
-        it (a push, a joint or speed limit, the pendant), so the episode is aborted and re-run."""
+        The safety mode does not say what caused a protective stop (a push, a joint or speed limit, the pendant):
+        `RobotEnv` names the policy when the wrench read the robot's force stop just before (`force_stop_n`); any
+        other aborts the episode, which is re-run."""
         from moveit_msgs.msg import ServoStatus
         from ur_dashboard_msgs.msg import SafetyMode as S
 

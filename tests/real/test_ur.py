@@ -173,10 +173,29 @@ def test_a_ur_stop_is_a_hold_at_the_next_step_and_the_reset_recovers_it(domain: 
     print(f"\n{drill}: heard {heard * 1e3:.0f} ms after the drill, recovered at the reset {recovered:.1f} s after it")
 
 
+def test_a_policy_pressing_past_the_urs_force_limit_is_its_safety_failure_and_the_reset_recovers(domain: int) -> None:
+    """The hand pushed onto the cube: the stand-in's protective stop at 150 N says no cause, the wrench does
+    (`force_stop_n`), so the step is the policy's penalised terminal, not an abort that would be re-run."""
+    with ur5e_in_process(domain, "safety.workspace_lo=[0.25,-0.25,0.0]") as (sim, env):
+        env.reset(seed=0)
+        above = sim.data.xpos[sim._object][:2] + (0.0, 0.04)  # a finger over the cube's top, not straddling it
+        out: tuple = ()
+        for _ in range(60):
+            dx, dy = (above - env.robot_state().tcp_pos[:2]) / env.max_step
+            out = env.step(np.array([dx, dy, -1.0 if max(abs(dx), abs(dy)) < 0.3 else 0.0, -1.0]))
+            if out[2] or out[3]:
+                break
+        _, reward, terminated, _, info = out
+        assert terminated and info["safety_failure"] and reward == env.cfg.safety_reward, info
+        assert info["robot_hold"].startswith("force limit (") and info["robot_hold"].endswith("protective stop")
+        env.reset(seed=1)  # unlock after the UR's 5 s, program resent, servo switched
+        assert env._driver.poll() is None and moves(env) > 0.01
+
+
 def test_a_force_limit_is_a_protective_stop_that_outlasts_scene_resets_until_unlocked_and_resent(domain: int) -> None:
-    """The sim's force reflex is the UR's protective stop: not the policy's safety failure (an abort), still there
-    after a scene reset, an unlock refused within 5 s; with a person resetting the scene (no reset topic), the
-    link's unlock and program restart alone let the arm move home."""
+    """A protective stop the wrench did not see (the sim's force hold drilled: a collision elsewhere on the arm) is no
+    failure of the policy's (an abort), still there after a scene reset, an unlock refused within 5 s; with a person
+    resetting the scene (no reset topic), the link's unlock and program restart alone let the arm move home."""
     with ur5e(domain, "scene_reset=operator") as (sim, env):
         env.operator_prompt = lambda _: None  # the person at the cell presses Enter
         env.reset(seed=0)
