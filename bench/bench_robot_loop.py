@@ -364,7 +364,7 @@ def seed_rows(work: Path, task: Task, seed: int, operator: str, title: str) -> t
          "success": base["success_rate"] if base else None, "episodes": base["episodes"] if base else 0,
          **forces(base)},
         *({"bench": f"{tag}: {at(e)}", "success": e["success_rate"], "wilson_95": e["success_ci"],
-           "intervention_rate": e.get("intervention_rate"), **forces(e),
+           "aborted_episodes": e.get("aborted_episodes"), "intervention_rate": e.get("intervention_rate"), **forces(e),
            "classifier_paid_judged": e.get("classifier_paid_judged"),
            "classifier_false_positives": e.get("classifier_false_positives")}
           for e in evals),

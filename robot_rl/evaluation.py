@@ -45,8 +45,20 @@ class EvalResult:
     # fault, silence): reported, not scored (deploy's `aborted_episodes` counts the same stops, without re-runs).
     aborted_episodes: int = 0
 
+    @property
+    def conclusive(self) -> bool:
+        """At least half the episodes asked for were scored: a rate over the few that a stopping robot let through
+        ends no run (a crossing of the goal and its confirmation must each be conclusive)."""
+        return conclusive(self.as_dict())
+
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def conclusive(result: dict, prefix: str = "") -> bool:
+    """`EvalResult.conclusive` of a logged result (a scene's keys carry its `prefix`)."""
+    scored = result[f"{prefix}episodes"]
+    return scored > 0 and scored >= result.get(f"{prefix}aborted_episodes", 0)
 
 
 @dataclass

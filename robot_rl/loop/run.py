@@ -22,7 +22,7 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.envs import make_env
-from robot_rl.evaluation import EvalResult, evaluate
+from robot_rl.evaluation import EvalResult, conclusive, evaluate
 from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
 
@@ -184,8 +184,9 @@ class Evaluations:
         if fresh is None:
             say(f"{said}: stopping")
             return True
-        (lo, hi), ok = fresh.success_ci, fresh.success_rate >= self.goal
-        say(f"{said}; on {fresh.episodes} fresh episodes {fresh.success_rate:.2f} [{lo:.2f}, {hi:.2f}]: "
+        (lo, hi), ok = fresh.success_ci, fresh.success_rate >= self.goal and fresh.conclusive
+        aborted = f" ({fresh.aborted_episodes} aborted)" if fresh.aborted_episodes else ""
+        say(f"{said}; on {fresh.episodes} fresh episodes{aborted} {fresh.success_rate:.2f} [{lo:.2f}, {hi:.2f}]: "
             + ("confirmed, stopping" if ok else "not confirmed, training on"))  # fmt: skip
         return ok
 
@@ -214,8 +215,10 @@ class Evaluations:
 
 def judged(entry: dict) -> tuple[float, list[float]]:
     """An evaluation entry's success rate and Wilson interval on the scene the run is judged by (the nominal one
-    where the run randomises)."""
+    where the run randomises); nan where too few of its episodes were scored (`EvalResult.conclusive`)."""
     key = "nominal_" if "nominal_success_rate" in entry else ""
+    if not conclusive(entry, key):
+        return float("nan"), entry[f"{key}success_ci"]
     return entry[f"{key}success_rate"], entry[f"{key}success_ci"]
 
 

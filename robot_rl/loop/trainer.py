@@ -187,7 +187,7 @@ class TrainingRun:
                                 **self._refit_counts())  # fmt: skip
             self.last_eval = res.success_rate if res is not None else float("nan")
             self.state.best_eval_success = max(self.state.best_eval_success, self.last_eval)
-            if self.last_eval >= loop.stop_at_success:  # confirmed on fresh seeds (`Evaluations.confirms`)
+            if self.last_eval >= loop.stop_at_success and res.conclusive:  # confirmed on fresh seeds (`confirms`)
                 fresh = self.evaluate(loop.confirm_episodes, confirm=True) if loop.confirm_episodes else None
                 self.done = self.evals.confirms(fresh, self.last_eval, step, self.bar.write)
         self._check_budget()

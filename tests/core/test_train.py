@@ -124,6 +124,29 @@ def test_a_crossing_ends_the_run_only_when_fresh_seeds_confirm_it(
     assert reached["confirmed"]["env_steps"] == 200 and reached["confirmed"]["episodes"] == 6
 
 
+def test_an_evaluation_mostly_aborted_neither_crosses_nor_confirms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rigged, every rate 1.0: a periodic evaluation that scored 1 episode and gave up on 3 (a robot that kept
+    stopping) is no crossing, and a confirmation that scored 2 of 6 confirms nothing; conclusive ones do."""
+    scored = iter([(1, 3), (2, 0), (2, 4), (2, 0), (6, 0), (2, 0)])  # (scored, aborted) per call; the last: final
+
+    def rigged(env, policy, episodes: int, seed: int):
+        n, aborted = next(scored)
+        result = evaluate(env, policy, 1, seed=seed)
+        return dataclasses.replace(result, success_rate=1.0, episodes=n, aborted_episodes=aborted)
+
+    monkeypatch.setattr(loop_run, "evaluate", rigged)
+    summary = json.loads(trainer.train(load_config([
+        f"run_dir={tmp_path}", "loop.env_steps=400", "loop.eval_every=100", "loop.eval_episodes=4",
+        "loop.confirm_episodes=6", "loop.stop_at_success=0.9", "loop.final_eval_episodes=2", "demos.n_episodes=2",
+        "loop.checkpoint_every=0", "profile=cpu",
+    ])).read_text())  # fmt: skip
+    assert summary["env_steps"] == 300  # 100: inconclusive; 200: crossed, confirmation inconclusive; 300: confirmed
+    reached = summary["goal_reached"]
+    assert reached["first_crossing"]["env_steps"] == 200 and reached["confirmed"]["env_steps"] == 300
+
+
 def test_resume_after_sigkill(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [
