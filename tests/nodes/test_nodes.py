@@ -37,10 +37,12 @@ def finish(p: subprocess.Popen, timeout: float) -> str:
 
 
 def stop(*procs: subprocess.Popen) -> None:
+    """Kills what still runs and prints the end of its output: a failed test shows where each process was."""
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait()
+            out, _ = p.communicate()
+            print(f"--- killed: {' '.join(p.args[3:6])}\n{out[-2000:]}")
 
 
 def wait_for(pred, timeout_s: float) -> None:
