@@ -38,7 +38,8 @@ from robot_rl.transport import (
     WeightsReceiver,
     make_transport,
 )
-from robot_rl.transport.plane import PlaneConfig, Receiver, Sender, WeightsClient, WeightsServer, open_session
+from robot_rl.transport.base import PlaneConfig
+from robot_rl.transport.plane import Receiver, Sender, WeightsClient, WeightsServer, open_session
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 PLANES = ("old", "zenoh")

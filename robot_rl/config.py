@@ -39,7 +39,7 @@ from robot_rl.sim.config import (
     PersonConfig,
     is_default,
 )  # fmt: skip
-from robot_rl.transport.base import TransportConfig
+from robot_rl.transport.base import PlaneConfig, TransportConfig
 
 
 @dataclass
@@ -143,7 +143,12 @@ class DistributedConfig:
     batch_size: int = 8  # transitions per message
     queue_batches: int = 4  # messages in flight before actors block: bounds policy lag to ~queue x batch steps
     local: bool = True  # launch: all nodes on this machine, DDS discovery on loopback only
+    # What carries transitions, weights and episode summaries between the nodes (`nodes/links.py`): ros2 (the bulk
+    # socket and DDS, `transport`) | zenoh (`zenoh`: acknowledged transitions, weights pulled by version, run ids,
+    # TLS off loopback). A robot cell's own topics are ROS 2 either way.
+    plane: str = "ros2"
     transport: TransportConfig = field(default_factory=TransportConfig)
+    zenoh: PlaneConfig = field(default_factory=PlaneConfig)
 
 
 @dataclass
@@ -248,6 +253,7 @@ CHOICES = {
     "intervention.device": ("", "spacemouse", "gamepad", "keyboard", "simulated"),
     "intervention.operator": OPERATORS,
     "distributed.on_learner_loss": ("continue", "hold"),
+    "distributed.plane": ("ros2", "zenoh"),
     "bc.policy.kind": ("diffusion", "mlp"),
 }
 

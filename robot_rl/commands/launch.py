@@ -1,4 +1,4 @@
-"""`robot-rl launch [key=value ...]`: a train run as 1 learner + distributed.n_actors actors over ROS 2 (DDS)."""
+"""`robot-rl launch [key=value ...]`: a train run as 1 learner + distributed.n_actors actors (ROS 2 or Zenoh)."""
 
 from __future__ import annotations
 

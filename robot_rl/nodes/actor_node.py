@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from robot_rl.algos import reward_classifier
 from robot_rl.algos.reward_classifier import RewardClassifier
@@ -24,10 +25,9 @@ from robot_rl.errors import UserError
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.adapters import make_train_env
 from robot_rl.loop.human import make_human
-from robot_rl.nodes.learner_node import node_transport_config
+from robot_rl.nodes.links import actor_link
 from robot_rl.real.timing import frozen_heap, one_inference_thread
-from robot_rl.transport import BackpressureTimeout, TransitionSender, WeightsReceiver, make_transport, typesys
-from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
+from robot_rl.transport import BackpressureTimeout
 from robot_rl.types import ObsLayout
 
 log = logging.getLogger("robot_rl.actor")
@@ -43,14 +43,14 @@ def actor_classifier(cfg: TrainConfig) -> RewardClassifier | None:
     return reward_classifier.load_classifier(cfg.reward.classifier_path)[0]
 
 
-def flush(sender: TransitionSender, actor_id: str) -> None:
+def flush(sender: Any, actor_id: str) -> None:
     try:
         sender.flush()
     except BackpressureTimeout as e:
         # Only a dead, stuck or finished learner stops taking transitions; a replacement resumes from a
         # checkpoint, so these uncommitted ones are not needed.
         dropped = sender.discard_pending()
-        if sender.pub.learner_finished:
+        if sender.learner_finished:
             log.info("%s: the learner finished the run (%d transitions past its budget unsent)", actor_id, dropped)
         else:
             log.warning("%s: %s; dropped %d transitions", actor_id, e, dropped)
@@ -69,17 +69,13 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     steps = 0
     # frozen_heap: a full collection of the start-up's heap holds the GIL for a control period or more (deploy's);
     # one torch thread: batch-1 inference beside a learner on the same cores (real/timing.py).
-    transport_cfg = node_transport_config(cfg, f"actor{index}")
-    with make_transport(transport_cfg) as transport, frozen_heap(), one_inference_thread():
-        sender = TransitionSender(transport, actor_id, dist.batch_size, dist.queue_batches)
-        weights = WeightsReceiver(transport)
-        episodes = transport.publisher(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
-        store = typesys.typestore(transport.cfg.distro)
+    with actor_link(cfg, index, actor_id) as link, frozen_heap(), one_inference_thread():
+        sender, weights = link.sender, link.weights
         fresh = None
         # Acting on random weights, or before the learner's bulk endpoint took our connection, would be thrown away.
-        while (fresh is None or sender.pub.matched() == 0) and not sender.pub.learner_finished:
+        while (fresh is None or not sender.connected()) and not sender.learner_finished:
             fresh = weights.poll(timeout_s=dist.learner_timeout_s) or fresh
-            if fresh is None or sender.pub.matched() == 0:
+            if fresh is None or not sender.connected():
                 log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
         if fresh is not None:
             actor.load_weights(*fresh)
@@ -88,7 +84,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
         realtime = cfg.robot is not None and not cfg.robot.lockstep
         period = 1.0 / dist.control_hz if dist.control_hz > 0 else 0.0
         next_tick = time.perf_counter()
-        while (max_episodes <= 0 or actor.stats.episodes < max_episodes) and not sender.pub.learner_finished:
+        while (max_episodes <= 0 or actor.stats.episodes < max_episodes) and not sender.learner_finished:
             waiting = since_update >= dist.steps_per_version and (not realtime or actor.between_episodes)
             if waiting:
                 flush(sender, actor_id)  # the learner needs these steps before it has a newer policy to give
@@ -109,18 +105,17 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                 human.set_progress(actor.policy_version)  # version = learner updates = env steps consumed
             t = actor.step()
             sender.add_nowait(t)
-            if t.done or (sender.batch_full and not (realtime and sender.pub.full())):
+            if t.done or (sender.batch_full and not (realtime and sender.full())):
                 flush(sender, actor_id)
             steps += 1
             since_update += 1
             if t.done:
-                s, e = actor.stats, actor.last_episode
-                episodes.publish(store.types[EPISODE_T](
-                    header=typesys.header_now(transport.cfg.distro),
-                    task=transport.cfg.task, schema_version=typesys.SCHEMA_VERSION, actor_id=actor_id,
-                    episode=s.episodes, length=e.length, episode_return=e.episode_return, success=e.success,
-                    interventions=e.interventions, policy_version=actor.policy_version,
-                ))  # fmt: skip
+                e = actor.last_episode
+                link.episode({
+                    "actor_id": actor_id, "episode": actor.stats.episodes, "length": int(e.length),
+                    "episode_return": float(e.episode_return), "success": bool(e.success),
+                    "interventions": int(e.interventions), "policy_version": int(actor.policy_version),
+                })  # fmt: skip
             if period:
                 next_tick += period
                 time.sleep(max(0.0, next_tick - time.perf_counter()))

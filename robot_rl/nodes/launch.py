@@ -2,7 +2,8 @@
 
 A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
 `resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
-For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain.
+For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain (or,
+with `distributed.plane=zenoh`, given the learner's endpoint and run id).
 With `robot=<name>` there is one arm, so exactly one actor (`distributed.n_actors` is set to 1).
 """
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
+from robot_rl.nodes.links import with_run_id
 
 log = logging.getLogger("robot_rl.launch")
 
@@ -37,6 +39,8 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
     learner_args = [*overrides]
     if not cfg.resume and not cfg.run_dir:
         raise ValueError("launch needs run_dir= (a learner restart resumes from it)")
+    if cfg.distributed.plane == "zenoh":  # the actors key their data by the learner's run id
+        overrides = [*overrides, f"distributed.zenoh.run_id={with_run_id(cfg).distributed.zenoh.run_id}"]
     learner = subprocess.Popen(_cli("learner", *learner_args), env=env)
     actors = {i: subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)
               for i in range(cfg.distributed.n_actors)}  # fmt: skip

@@ -6,32 +6,23 @@ only turns messages into `Learner.add` calls and weights into messages.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.trainer import TrainingRun
-from robot_rl.transport import TransitionReceiver, WeightsPublisher, make_transport
-from robot_rl.transport.base import TransportConfig
-from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
-
-
-def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
-    """Messages carry the task name: an actor of another task is refused, not trained on."""
-    return dataclasses.replace(cfg.distributed.transport, task=cfg.env.task, node_name=node_name)
+from robot_rl.nodes.links import learner_link, with_run_id
 
 
 def run_learner(cfg: TrainConfig) -> Path:
     """With `cfg.robot` the arm is the one actor's: this node never connects to it (no evaluations; `robot-rl deploy`
     evaluates a checkpoint) and may run on any machine of the ROS graph, e.g. the GPU box."""
+    cfg = with_run_id(cfg)
     run = TrainingRun(cfg)
     learner = run.learner
     stats = EpisodeStats(episodes=run.state.episodes)
-    with make_transport(node_transport_config(cfg, "learner")) as transport:
-        transitions = TransitionReceiver(transport)
-        weights = WeightsPublisher(transport)
-        episodes = transport.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
+    with learner_link(cfg) as link:
+        transitions, weights = link.transitions, link.weights
         weights.publish(learner.policy_weights(), learner.updates)
         published = learner.updates
         while not run.done:
@@ -53,8 +44,8 @@ def run_learner(cfg: TrainConfig) -> Path:
                         weights.publish(learner.policy_weights(), learner.updates)
                         published = learner.updates
                     run.after_step(stats)
-            for e in episodes.take():
-                stats.record(bool(e.success), int(e.length), int(e.interventions))
+            for e in link.episodes():
+                stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
         weights.publish(learner.policy_weights(), learner.updates)
         transitions.finish()  # actors stop now, before the final evaluation, rather than wait for a restart
         actors = {

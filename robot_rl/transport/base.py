@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from robot_rl.transport import typesys
@@ -65,6 +65,35 @@ class TransportConfig:
         if topic.startswith("/"):
             return topic
         return f"{self.namespace.rstrip('/')}/{topic}"
+
+
+@dataclass
+class TlsConfig:
+    """Mutual TLS from one CA: every peer shows a certificate the run's CA signed, so only the run's learner can
+    serve weights to its arms and only its actors can send transitions. PEM file paths."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+
+@dataclass
+class PlaneConfig:
+    """The actor-learner plane on Zenoh (`transport/plane.py`, `distributed.plane=zenoh`). `run_id` "": the
+    learner takes its run dir's name (kept in the run's config, so a resumed learner keeps it); actors on other
+    machines are given it (`launch` passes it to its own)."""
+
+    run_id: str = ""
+    endpoint: str = "tcp/127.0.0.1:7448"  # where the learner listens and actors dial; tls/HOST:PORT with `tls`
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    credits: int = 8  # batches an actor has in flight unanswered (the bound on its policy lag in batches)
+    ack_timeout_s: float = 10.0  # an unanswered batch is sent again after this long
+
+    @property
+    def prefix(self) -> str:
+        if not self.run_id or any(c in self.run_id for c in "/*$?#"):
+            raise ValueError(f"run id {self.run_id!r}: non-empty, without / * $ ? #")
+        return f"robot_rl/{self.run_id}"
 
 
 class Publisher(ABC):

@@ -200,6 +200,19 @@ class TransitionSender(Batching):
         self._pending: list[Transition] = []
         self._seq = 0
 
+    @property
+    def learner_finished(self) -> bool:
+        """The learner announced the end of the run."""
+        return self.pub.learner_finished
+
+    def connected(self) -> bool:
+        """Whether a learner's bulk endpoint took our connection."""
+        return self.pub.matched() > 0
+
+    def full(self) -> bool:
+        """Whether `flush` would wait now (the learner's window is full)."""
+        return self.pub.full()
+
     def flush(self) -> None:
         """May raise BackpressureTimeout when the learner stops draining; the batch is then kept for a retry."""
         if not self._pending:

@@ -15,6 +15,8 @@ Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed
 - `weights`: the learner's queryable answers with its newest blob (safetensors, sha256 and version attached);
   `weights/version` is a small put of each new version, so actors know their lag and fetch only when they act on it.
 - `alive/<role>/<id>`: liveliness tokens (presence instead of latched endpoints).
+- `finished`: the learner's put when the run is over (its actors stop instead of waiting for a restart);
+  `episodes/<actor id>`: an actor's episode summary (JSON), what the learner's training success rate counts.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,34 +35,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from robot_rl.transport import typesys
-from robot_rl.transport.base import BackpressureTimeout, log
+from robot_rl.transport.base import BackpressureTimeout, PlaneConfig, log
 from robot_rl.transport.channels import BATCH_T, ActorState, Batching, decode_batch, encode_batch
 from robot_rl.types import Transition
-
-
-@dataclass
-class TlsConfig:
-    """Mutual TLS from one CA: every peer shows a certificate the run's CA signed, so only the run's learner can
-    serve weights to its arms and only its actors can send transitions. PEM file paths."""
-
-    ca: str = ""
-    cert: str = ""
-    key: str = ""
-
-
-@dataclass
-class PlaneConfig:
-    run_id: str = ""
-    endpoint: str = "tcp/127.0.0.1:7448"  # where the learner listens and actors dial; tls/HOST:PORT with `tls`
-    tls: TlsConfig = field(default_factory=TlsConfig)
-    credits: int = 8  # batches an actor has in flight unanswered (the bound on its policy lag in batches)
-    ack_timeout_s: float = 10.0  # an unanswered batch is sent again after this long
-
-    @property
-    def prefix(self) -> str:
-        if not self.run_id or any(c in self.run_id for c in "/*$?#"):
-            raise ValueError(f"run id {self.run_id!r}: non-empty, without / * $ ? #")
-        return f"robot_rl/{self.run_id}"
 
 
 def session_config(cfg: PlaneConfig, role: str) -> zenoh.Config:
@@ -126,6 +103,9 @@ class Sender(Batching):
         self.pub = session.declare_publisher(self.key, congestion_control=zenoh.CongestionControl.BLOCK,
                                              reliability=zenoh.Reliability.RELIABLE)  # fmt: skip
         self.acks = session.declare_subscriber(f"{cfg.prefix}/acks/{actor_id}", self._acked)
+        self.learner_finished = False  # the learner said the run is over
+        self.finished = session.declare_subscriber(f"{cfg.prefix}/finished", self._on_finished)
+        self.session = session
         self.policy_version = 0
         self._pending: list[Transition] = []
         self._seq = 0
@@ -140,8 +120,11 @@ class Sender(Batching):
         within `timeout_s` (default: the ack timeout)."""
         if not self._pending:
             return
-        if not self._wait(lambda: len(self._inflight) < self.cfg.credits,
-                          self.cfg.ack_timeout_s if timeout_s is None else timeout_s):  # fmt: skip
+        free = self._wait(lambda: len(self._inflight) < self.cfg.credits or self.learner_finished,
+                          self.cfg.ack_timeout_s if timeout_s is None else timeout_s)  # fmt: skip
+        if self.learner_finished:
+            raise BackpressureTimeout(f"{self.key}: the learner finished the run")
+        if not free:
             raise BackpressureTimeout(f"{self.key}: {len(self._inflight)} batches unanswered")
         msg = encode_batch(self._pending, self.task, self.actor_id, self._seq, self.policy_version, self.distro)
         payload = bytes(typesys.serialize_into(msg, BATCH_T, None, self.distro))
@@ -189,6 +172,20 @@ class Sender(Batching):
                 self.acked += 1
                 self.ack_latencies.append(now - sent)
             self._lock.notify_all()
+
+    def _on_finished(self, _sample: Any) -> None:
+        self.learner_finished = True
+        with self._lock:
+            self._lock.notify_all()
+
+    def connected(self) -> bool:
+        """Whether the run's learner is there (its presence token)."""
+        return bool(present(self.session, self.cfg, "learner", timeout_s=1.0))
+
+    def full(self) -> bool:
+        """Whether `flush` would wait now: every credit is out."""
+        with self._lock:
+            return len(self._inflight) >= self.cfg.credits
 
     def wait_acked(self, timeout_s: float) -> bool:
         """Whether every batch sent so far was answered within `timeout_s` (an actor's last words)."""
@@ -256,6 +253,11 @@ class Receiver:
             self._answer(actor, {"upto": self.actors[actor].next_seq})
         self._unacked.clear()
 
+    def finish(self) -> None:
+        """Tells the run's actors it is over (they stop); a learner that dies instead says nothing and is waited for."""
+        self.ack()
+        self.session.put(f"{self.cfg.prefix}/finished", b"")
+
     def close(self) -> None:
         self.ack()
         self.sub.undeclare()
@@ -300,22 +302,41 @@ class WeightsClient:
         self.reannounced = False
         self._heard: deque[int] = deque()
         self.sub = session.declare_subscriber(f"{cfg.prefix}/weights/version", self._on_version)
+        # A learner (re)joining: its first announcement may have gone out before our session reconnected to it, so
+        # its arrival alone makes the next poll fetch, until a fetch answers.
+        self._joined = False
+        self.alive = session.liveliness().declare_subscriber(f"{cfg.prefix}/alive/learner/*", self._on_learner)
 
     def _on_version(self, sample: Any) -> None:
         self._heard.append(int(json.loads(sample.payload.to_bytes())["version"]))
+
+    def _on_learner(self, sample: Any) -> None:
+        self._joined |= sample.kind == zenoh.SampleKind.PUT
 
     def lag(self, current_version: int) -> int:
         return max(0, self.announced_version - current_version)
 
     def poll(self, timeout_s: float = 0.0) -> tuple[dict[str, torch.Tensor], int] | None:
-        self.reannounced = False
+        """Fetches when a version other than the loaded one was announced (a newer one, or an older one from a
+        learner resumed from its checkpoint: its predecessor's newer weights died with it, and it waits for our
+        steps) or a learner joined; a learner that joined holding our version sets `reannounced`."""
+        self.reannounced, other = False, False
         while self._heard:
             v = self._heard.popleft()
             self.reannounced |= v == self.loaded_version
-            self.announced_version = max(self.announced_version, v)
-        if self.loaded_version >= 0 and self.announced_version <= self.loaded_version:
+            other |= v != self.loaded_version
+            self.announced_version = v  # one learner announces in order
+        if self.loaded_version >= 0 and not other and not self._joined:
             return None
-        return self.fetch(max(timeout_s, 1.0))
+        before = self.loaded_version
+        got = self.fetch(max(timeout_s, 1.0))
+        if got is None:
+            return None
+        self._joined = False
+        if got[1] == before:  # a learner (re)joined holding the weights we act on
+            self.reannounced = True
+            return None
+        return got
 
     def fetch(self, timeout_s: float = 5.0) -> tuple[dict[str, torch.Tensor], int] | None:
         """The learner's newest weights, verified (None when it has none yet or nothing answered)."""
@@ -328,9 +349,27 @@ class WeightsClient:
                 log.warning("weights version %d: sha256/size mismatch, rejected", meta["version"])
                 continue
             self.loaded_version = meta["version"]
-            self.announced_version = max(self.announced_version, self.loaded_version)
+            self.announced_version = self.loaded_version
             return st_load(blob), self.loaded_version
         return None
+
+
+def report_episode(session: zenoh.Session, cfg: PlaneConfig, actor_id: str, summary: dict) -> None:
+    """An actor's episode summary (JSON) for the learner's training statistics."""
+    session.put(f"{cfg.prefix}/episodes/{actor_id}", json.dumps(summary).encode())
+
+
+class Episodes:
+    """Learner side: the actors' episode summaries, oldest first (`take` each loop)."""
+
+    def __init__(self, session: zenoh.Session, cfg: PlaneConfig, capacity: int = 1024) -> None:
+        self.sub = session.declare_subscriber(f"{cfg.prefix}/episodes/*", zenoh.handlers.FifoChannel(capacity))
+
+    def take(self) -> list[dict]:
+        out = []
+        while (sample := self.sub.try_recv()) is not None:
+            out.append(json.loads(sample.payload.to_bytes()))
+        return out
 
 
 def run_id_of(run_dir: str) -> str:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from robot_rl.config import load_config
 from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
+from robot_rl.transport import plane as zenoh_plane_module
 from robot_rl.transport.channels import EPISODE_QOS, EPISODE_T, EPISODES_TOPIC
 
 pytestmark = pytest.mark.slow
@@ -77,20 +84,58 @@ def checkpoint_step(run: Path) -> int:
     return int(latest.read_text().removeprefix("step_")) if latest.exists() else 0
 
 
-def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: Path, domain: int) -> None:
+def zenoh_plane(run_id: str) -> list[str]:
+    """Overrides that put the nodes' data on the Zenoh plane, on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return ["distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{port}",
+            f"distributed.zenoh.run_id={run_id}"]  # fmt: skip
+
+
+@contextmanager
+def episodes_heard(domain: int, plane: list[str]) -> Iterator[Callable[[], list[str]]]:
+    """The actor names ("actor0") of episodes reported since the last call, heard beside the learner: on DDS from
+    now (open it before any actor can publish), on Zenoh once the learner listens."""
+    if not plane:
+        cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
+        with make_transport(cfg) as probe:
+            sub = probe.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
+            yield lambda: [e.actor_id.split("-")[0] for e in sub.take()]
+        return
+    pc = load_config(plane).distributed.zenoh
+    session: list = []
+
+    def take() -> list[str]:
+        if not session:
+            with contextlib.suppress(ConnectionError):
+                peer = zenoh_plane_module.open_session(pc, "actor", "probe")
+                session.append((peer, zenoh_plane_module.Episodes(peer.session, pc)))
+            return []
+        return [e["actor_id"].split("-")[0] for e in session[0][1].take()]
+
+    try:
+        yield take
+    finally:
+        if session:
+            session[0][0].close()
+
+
+@pytest.mark.parametrize("plane", ["ros2", "zenoh"])
+def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: Path, domain: int, plane: str) -> None:
     run = tmp_path / "run"
-    probe_cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
-    with make_transport(probe_cfg) as probe:
-        episodes = probe.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)  # before any actor can publish one
-        learner = spawn("learner", f"run_dir={run}", *common(domain, STEPS_KILLED))
-        a0 = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
-        a1 = spawn("actor", "--index", "1", *common(domain, STEPS_KILLED))
+    on = zenoh_plane("killed") if plane == "zenoh" else []
+    args = [*common(domain, STEPS_KILLED), *on]
+    with episodes_heard(domain, on) as heard:
+        learner = spawn("learner", f"run_dir={run}", *args)
+        a0 = spawn("actor", "--index", "0", *args)
+        a1 = spawn("actor", "--index", "1", *args)
         a0_again, ended = None, set()
 
         def both_acting() -> bool:
             """An episode from each actor (its steps were flushed with it) and a checkpoint: a1 is in the run
             before it is paused, however slowly it started."""
-            ended.update(e.actor_id.split("-")[0] for e in episodes.take())
+            ended.update(heard())
             return ended >= {"actor0", "actor1"} and checkpoint_step(run) > 0
 
         try:
@@ -99,7 +144,7 @@ def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: P
             a0.send_signal(signal.SIGKILL)
             a0.wait()
             at_kill = checkpoint_step(run)
-            a0_again = spawn("actor", "--index", "0", *common(domain, STEPS_KILLED))
+            a0_again = spawn("actor", "--index", "0", *args)
             wait_for(lambda: checkpoint_step(run) >= at_kill + 200, 180)  # two checkpoints on the restart's data
             a1.send_signal(signal.SIGCONT)
             finish(learner, 240)
@@ -113,10 +158,46 @@ def test_actor_killed_mid_episode_rejoins_and_learner_keeps_training(tmp_path: P
     assert all(v["lost"] == 0 for v in s["actors"].values())  # nothing an actor sent was dropped
 
 
-def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, domain: int) -> None:
+def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path, domain: int) -> None:
+    """Two actors started with their learner dial it until it listens; the run id is the run dir's name, saved in
+    its config (a resume keeps it) and passed to the actors by launch."""
+    run = tmp_path / "zenoh-run"
+    plane = [a for a in zenoh_plane("") if "run_id" not in a]
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *plane, *common(domain, 300))
+    try:
+        out = finish(launch, 300)
+    finally:
+        stop(launch)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 300 and len(s["actors"]) == 2, out[-2000:]
+    assert all(a["lost"] == 0 for a in s["actors"].values())
+    assert OmegaConf.load(run / "config.yaml").distributed.zenoh.run_id == "zenoh-run"  # what a resume loads
+    assert "run id zenoh-run" in out
+
+
+@contextmanager
+def listening_as_learner(domain: int, plane: list[str]) -> Iterator[Callable[[float], list]]:
+    """`poll(timeout_s)` of transitions taken where the learner takes them (on Zenoh: its endpoint, free since it
+    was killed; the actor's session reconnects there)."""
+    if not plane:
+        cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
+        with make_transport(cfg) as transport:
+            yield TransitionReceiver(transport).poll
+        return
+    pc = load_config(plane).distributed.zenoh
+    peer = zenoh_plane_module.open_session(pc, "learner", "probe")
+    try:
+        yield zenoh_plane_module.Receiver(peer.session, pc, "PickCube").poll
+    finally:
+        peer.close()
+
+
+@pytest.mark.parametrize("plane", ["ros2", "zenoh"])
+def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, domain: int, plane: str) -> None:
     run = tmp_path / "run"
-    learner = spawn("learner", f"run_dir={run}", *common(domain, 500))
-    actor = spawn("actor", "--index", "0", *common(domain, 500), "distributed.learner_timeout_s=0.5")
+    on = zenoh_plane("resumed") if plane == "zenoh" else []
+    learner = spawn("learner", f"run_dir={run}", *common(domain, 500), *on)
+    actor = spawn("actor", "--index", "0", *common(domain, 500), *on, "distributed.learner_timeout_s=0.5")
     resumed = None
     try:
         wait_for(lambda: (run / "checkpoints" / "latest").exists(), 180)
@@ -125,11 +206,9 @@ def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, d
         killed_at = json.loads((run / "checkpoints" / (run / "checkpoints/latest").read_text() / "counters.json")
                                .read_text())  # fmt: skip
         # Listen as a learner would: the actor keeps acting and streaming with its last weights.
-        cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
-        with make_transport(cfg) as transport:
-            rx = TransitionReceiver(transport)
+        with listening_as_learner(domain, on) as poll:
             got: list = []
-            wait_for(lambda: got.extend(rx.poll(0.1)) or len(got) >= 50, 60)
+            wait_for(lambda: got.extend(poll(0.1)) or len(got) >= 50, 60)
         assert actor.poll() is None
         resumed = spawn("learner", f"resume={run}")
         out = finish(resumed, 240)

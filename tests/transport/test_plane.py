@@ -13,12 +13,13 @@ import pytest
 import torch
 from transport_util import make_episode, wait_until
 
-from robot_rl.transport.base import BackpressureTimeout
+from robot_rl.config import load_config
+from robot_rl.errors import UserError
+from robot_rl.nodes.links import actor_link, with_run_id
+from robot_rl.transport.base import BackpressureTimeout, PlaneConfig, TlsConfig
 from robot_rl.transport.plane import (
-    PlaneConfig,
     Receiver,
     Sender,
-    TlsConfig,
     WeightsClient,
     WeightsServer,
     open_session,
@@ -136,6 +137,27 @@ def test_weights_are_pulled_by_version_and_verified(plane: PlaneConfig) -> None:
     learner.close()
 
 
+def test_a_resumed_learners_older_weights_are_fetched(plane: PlaneConfig) -> None:
+    """A learner resumed from its checkpoint announces fewer updates than its predecessor handed out: the actor
+    must act on them (the learner waits for its steps), not hold out for a newer version."""
+    learner = open_session(plane, "learner", "learner")
+    actor = open_session(plane, "actor", "a0")
+    client = WeightsClient(actor.session, plane)
+    for version, value in ((5, 1.0), (3, 2.0)):  # the learner, then its resumed successor on the same endpoint
+        if version == 3:
+            learner = open_session(plane, "learner", "learner")
+        server = WeightsServer(learner.session, plane)
+        time.sleep(1.0)  # the actor's session (re)connects
+        server.publish({"w": torch.full((3,), value)}, version)
+        deadline, got = time.monotonic() + 10.0, None
+        while got is None and time.monotonic() < deadline:
+            got = client.poll()
+            time.sleep(0.05)
+        assert got is not None and got[1] == version and float(got[0]["w"][0]) == value
+        learner.close()
+    actor.close()
+
+
 def test_two_runs_on_one_box_never_cross_feed(plane: PlaneConfig) -> None:
     learner = open_session(plane, "learner", "learner")
     rx = Receiver(learner.session, plane, "reach")
@@ -193,3 +215,12 @@ def test_only_peers_with_the_runs_certificates_reach_its_learner(tmp_path: Path)
     assert present(learner.session, run, "actor") == ["a0"]
     for s in (ours, learner):
         s.close()
+
+
+def test_the_run_id_is_the_run_dirs_name_and_an_actor_must_be_given_it() -> None:
+    cfg = load_config(["distributed.plane=zenoh", "run_dir=/tmp/runs/pick.v2"])
+    assert with_run_id(cfg).distributed.zenoh.run_id == "pick_v2"  # what the learner saves with its config
+    with pytest.raises(UserError, match="distributed.zenoh.run_id"), actor_link(cfg, 0, "actor0-1"):
+        pass
+    with pytest.raises(UserError, match="run_dir"):
+        with_run_id(load_config(["distributed.plane=zenoh"]))
