@@ -147,6 +147,9 @@ class DistributedConfig:
     # socket and DDS, `transport`) | zenoh (`zenoh`: acknowledged transitions, weights pulled by version, run ids,
     # TLS off loopback). A robot cell's own topics are ROS 2 either way.
     plane: str = "ros2"
+    # With robot=: the ROS domains of the robot cells `launch` drives, one actor each on the one learner (every
+    # cell the same robot config; each arm's driver on its own domain). Empty: the one cell on robot.domain_id.
+    cell_domains: list[int] = field(default_factory=list)
     transport: TransportConfig = field(default_factory=TransportConfig)
     zenoh: PlaneConfig = field(default_factory=PlaneConfig)
 
@@ -373,8 +376,11 @@ def _num_envs_problem(cfg: TrainConfig) -> str:
 
 def _robot_problem(cfg: TrainConfig) -> str:
     """What a run on a robot (`robot=<name>`) cannot do, saying what to set instead."""
+    domains = cfg.distributed.cell_domains
     if cfg.robot is None:
-        return ""
+        return f"distributed.cell_domains={domains}: robot cells need robot=<name>" if domains else ""
+    if len(set(domains)) != len(domains) or not all(0 <= d <= 232 for d in domains):
+        return f"distributed.cell_domains={domains}: distinct ROS domain ids in 0..232, one per cell"
     from robot_rl.real.config import check_robot_config
 
     where = f"robot={cfg.robot.name}"

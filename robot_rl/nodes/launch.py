@@ -4,7 +4,8 @@ A dead actor is restarted (it rejoins as a new stream); a learner that dies abno
 `resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
 For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain (or,
 with `distributed.plane=zenoh`, given the learner's endpoint and run id).
-With `robot=<name>` there is one arm, so exactly one actor (`distributed.n_actors` is set to 1).
+With `robot=<name>` each robot cell gets one actor: the one arm on `robot.domain_id`, or one per domain in
+`distributed.cell_domains` (`distributed.n_actors` is set to their number).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ def _cli(*args: str) -> list[str]:
 
 
 def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
-    if cfg.robot is not None and cfg.distributed.n_actors != 1:
-        log.info("robot=%s: one actor per arm (distributed.n_actors=1)", cfg.robot.name)
-        overrides = [*(o for o in overrides if not o.startswith("distributed.n_actors=")), "distributed.n_actors=1"]
-        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, n_actors=1))
+    cells = cfg.distributed.cell_domains or ([cfg.robot.domain_id] if cfg.robot is not None else [])
+    if cells and cfg.distributed.n_actors != len(cells):
+        log.info("robot=%s: one actor per arm (distributed.n_actors=%d)", cfg.robot.name, len(cells))
+        overrides = [*(o for o in overrides if not o.startswith("distributed.n_actors=")),
+                     f"distributed.n_actors={len(cells)}"]  # fmt: skip
+        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, n_actors=len(cells)))
     env = dict(os.environ)
     if cfg.distributed.local:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here
@@ -42,8 +45,12 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
     if cfg.distributed.plane == "zenoh":  # the actors key their data by the learner's run id
         overrides = [*overrides, f"distributed.zenoh.run_id={with_run_id(cfg).distributed.zenoh.run_id}"]
     learner = subprocess.Popen(_cli("learner", *learner_args), env=env)
-    actors = {i: subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)
-              for i in range(cfg.distributed.n_actors)}  # fmt: skip
+
+    def actor(i: int) -> subprocess.Popen:
+        cell = [f"robot.domain_id={cells[i]}"] if cells else []  # its arm's ROS graph
+        return subprocess.Popen(_cli("actor", "--index", str(i), *overrides, *cell), env=env)
+
+    actors = {i: actor(i) for i in range(cfg.distributed.n_actors)}
     restarts = 0
     try:
         while True:
@@ -61,7 +68,7 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
                 if p.poll() not in (None, 0) and restarts < max_restarts:  # 0: the learner ended the run
                     restarts += 1
                     log.warning("actor %d exited with %s: restarting", i, p.returncode)
-                    actors[i] = subprocess.Popen(_cli("actor", "--index", str(i), *overrides), env=env)
+                    actors[i] = actor(i)
             time.sleep(0.2)
     finally:
         for p in [*actors.values(), learner]:

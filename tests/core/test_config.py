@@ -111,3 +111,13 @@ def test_train_help_lists_groups_and_common_keys(capsys) -> None:
 def test_cli_exit_code_on_bad_key(capsys) -> None:
     assert main(["train", "loop.env_stepz=5"]) == 2
     assert "loop.env_steps" in capsys.readouterr().err
+
+
+def test_robot_cells_need_a_robot_and_distinct_domains() -> None:
+    assert load_config(
+        ["robot=sim", "intervention.enabled=false", "distributed.cell_domains=[3,5]"]
+    ).distributed.cell_domains == [3, 5]
+    with pytest.raises(ConfigError, match=r"cell_domains=\[3\]: robot cells need robot=<name>"):
+        load_config(["distributed.cell_domains=[3]"])
+    with pytest.raises(ConfigError, match="distinct ROS domain ids"):
+        load_config(["robot=sim", "intervention.enabled=false", "distributed.cell_domains=[3,3]"])
