@@ -57,7 +57,10 @@ def learner_link(cfg: TrainConfig) -> Iterator[LearnerLink]:
         from robot_rl.transport import plane
 
         pc = cfg.distributed.zenoh
-        peer = plane.open_session(pc, "learner", "learner")
+        try:
+            peer = plane.open_session(pc, "learner", "learner")
+        except ConnectionError as e:  # the endpoint is taken: a second run on this box needs its own port
+            raise UserError(str(e)) from None
         print(f"learner on {pc.endpoint}, run id {pc.run_id}: actors join with distributed.plane=zenoh "
               f"distributed.zenoh.endpoint={pc.endpoint} distributed.zenoh.run_id={pc.run_id}", flush=True)  # fmt: skip
         try:

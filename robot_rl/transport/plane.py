@@ -76,12 +76,14 @@ class Peer:
 
 
 def open_session(cfg: PlaneConfig, role: str, name: str) -> Peer:
-    """ConnectionError, one line, when an actor cannot reach its learner: not listening, or TLS refused a peer whose
-    certificate the run's CA did not sign."""
+    """ConnectionError, one line, when an actor cannot reach its learner (not listening, or TLS refused a peer whose
+    certificate the run's CA did not sign) or a learner cannot listen (another one holds the endpoint)."""
     try:
         session = zenoh.open(session_config(cfg, role))
     except zenoh.ZError as e:
-        raise ConnectionError(f"{role} {name}: no link to {cfg.endpoint} (learner down, or TLS refused): {e}") from None
+        why = ("cannot listen (another learner there? give distributed.zenoh.endpoint another port)" if role ==
+               "learner" else "no link (learner down, or TLS refused)")  # fmt: skip
+        raise ConnectionError(f"{role} {name}: {cfg.endpoint}: {why}: {e}") from None
     return Peer(session, session.liveliness().declare_token(f"{cfg.prefix}/alive/{role}/{name}"))
 
 

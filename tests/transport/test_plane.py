@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import threading
@@ -224,3 +225,10 @@ def test_the_run_id_is_the_run_dirs_name_and_an_actor_must_be_given_it() -> None
         pass
     with pytest.raises(UserError, match="run_dir"):
         with_run_id(load_config(["distributed.plane=zenoh"]))
+
+
+def test_a_second_learner_on_a_taken_endpoint_is_one_line(plane: PlaneConfig) -> None:
+    first = open_session(plane, "learner", "learner")
+    with pytest.raises(ConnectionError, match="cannot listen .* another port"):
+        open_session(dataclasses.replace(plane, run_id="run-b"), "learner", "learner")
+    first.close()
