@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,26 +51,16 @@ def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
     return dataclasses.replace(cfg.distributed.transport, task=cfg.env.task, node_name=node_name)
 
 
-@contextmanager
-def learner_link(cfg: TrainConfig) -> Iterator[LearnerLink]:
-    if cfg.distributed.plane == "zenoh":
-        from robot_rl.transport import plane
+def learner_link(cfg: TrainConfig) -> AbstractContextManager[LearnerLink]:
+    return _zenoh_learner(cfg) if cfg.distributed.plane == "zenoh" else _ros2_learner(cfg)
 
-        pc = cfg.distributed.zenoh
-        try:
-            peer = plane.open_session(pc, "learner", "learner")
-        except ConnectionError as e:  # the endpoint is taken: a second run on this box needs its own port
-            raise UserError(str(e)) from None
-        print(f"learner on {pc.endpoint}, run id {pc.run_id}: actors join with distributed.plane=zenoh "
-              f"distributed.zenoh.endpoint={pc.endpoint} distributed.zenoh.run_id={pc.run_id}", flush=True)  # fmt: skip
-        try:
-            rx = plane.Receiver(peer.session, pc, cfg.env.task)
-            inbox = plane.Episodes(peer.session, pc)
-            yield LearnerLink(rx, plane.WeightsServer(peer.session, pc), inbox.take)
-            rx.close()
-        finally:
-            peer.close()
-        return
+
+def actor_link(cfg: TrainConfig, index: int, actor_id: str) -> AbstractContextManager[ActorLink]:
+    return _zenoh_actor(cfg, actor_id) if cfg.distributed.plane == "zenoh" else _ros2_actor(cfg, index, actor_id)
+
+
+@contextmanager
+def _ros2_learner(cfg: TrainConfig) -> Iterator[LearnerLink]:
     with make_transport(node_transport_config(cfg, "learner")) as transport:
         sub = transport.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
 
@@ -81,23 +71,8 @@ def learner_link(cfg: TrainConfig) -> Iterator[LearnerLink]:
 
 
 @contextmanager
-def actor_link(cfg: TrainConfig, index: int, actor_id: str) -> Iterator[ActorLink]:
+def _ros2_actor(cfg: TrainConfig, index: int, actor_id: str) -> Iterator[ActorLink]:
     dist = cfg.distributed
-    if dist.plane == "zenoh":
-        from robot_rl.transport import plane
-
-        pc = dist.zenoh
-        if not pc.run_id:
-            raise UserError("distributed.plane=zenoh: an actor needs distributed.zenoh.run_id, the learner's (it prints"
-                            " it at start; `robot-rl launch` passes it)")  # fmt: skip
-        peer = dial(lambda: plane.open_session(pc, "actor", actor_id), pc.endpoint, dist.learner_timeout_s)
-        try:
-            sender = plane.Sender(peer.session, pc, cfg.env.task, actor_id, dist.batch_size)
-            yield ActorLink(sender, plane.WeightsClient(peer.session, pc),
-                            lambda summary: plane.report_episode(peer.session, pc, actor_id, summary))  # fmt: skip
-        finally:
-            peer.close()
-        return
     with make_transport(node_transport_config(cfg, f"actor{index}")) as transport:
         pub = transport.publisher(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
         t = transport.cfg
@@ -109,6 +84,43 @@ def actor_link(cfg: TrainConfig, index: int, actor_id: str) -> Iterator[ActorLin
 
         yield ActorLink(TransitionSender(transport, actor_id, dist.batch_size, dist.queue_batches),
                         WeightsReceiver(transport), episode)  # fmt: skip
+
+
+@contextmanager
+def _zenoh_learner(cfg: TrainConfig) -> Iterator[LearnerLink]:
+    from robot_rl.transport import plane
+
+    pc = cfg.distributed.zenoh
+    try:
+        peer = plane.open_session(pc, "learner", "learner")
+    except ConnectionError as e:  # the endpoint is taken: a second run on this box needs its own port
+        raise UserError(str(e)) from None
+    print(f"learner on {pc.endpoint}, run id {pc.run_id}: actors join with distributed.plane=zenoh "
+          f"distributed.zenoh.endpoint={pc.endpoint} distributed.zenoh.run_id={pc.run_id}", flush=True)  # fmt: skip
+    try:
+        rx = plane.Receiver(peer.session, pc, cfg.env.task)
+        inbox = plane.Episodes(peer.session, pc)
+        yield LearnerLink(rx, plane.WeightsServer(peer.session, pc), inbox.take)
+        rx.close()
+    finally:
+        peer.close()
+
+
+@contextmanager
+def _zenoh_actor(cfg: TrainConfig, actor_id: str) -> Iterator[ActorLink]:
+    from robot_rl.transport import plane
+
+    dist, pc = cfg.distributed, cfg.distributed.zenoh
+    if not pc.run_id:
+        raise UserError("distributed.plane=zenoh: an actor needs distributed.zenoh.run_id, the learner's (it prints"
+                        " it at start; `robot-rl launch` passes it)")  # fmt: skip
+    peer = dial(lambda: plane.open_session(pc, "actor", actor_id), pc.endpoint, dist.learner_timeout_s)
+    try:
+        sender = plane.Sender(peer.session, pc, cfg.env.task, actor_id, dist.batch_size)
+        yield ActorLink(sender, plane.WeightsClient(peer.session, pc),
+                        lambda summary: plane.report_episode(peer.session, pc, actor_id, summary))  # fmt: skip
+    finally:
+        peer.close()
 
 
 def with_run_id(cfg: TrainConfig) -> TrainConfig:
