@@ -1,12 +1,13 @@
 """A plain rclpy node, written the way any ROS 2 user would: generated message classes, callbacks, an executor,
 default or sensor-data QoS, default Fast DDS settings. It imports nothing from robot_rl, so what it accepts is what
-a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's processes."""
+a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's processes, and of a free loopback port."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import random
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,13 @@ def random_domain(lo: int = 1, hi: int = 200) -> int:
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     return _DRAW.choice(range(lo + (worker - lo) % workers, hi + 1, workers))
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now (a Zenoh learner's endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def msg_type(ros_type: str) -> Any:

@@ -73,10 +73,11 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
         sender, weights = link.sender, link.weights
         fresh = None
         # Acting on random weights, or before the learner's bulk endpoint took our connection, would be thrown away.
-        while (fresh is None or not sender.connected()) and not sender.learner_finished:
+        while not sender.learner_finished:
             fresh = weights.poll(timeout_s=dist.learner_timeout_s) or fresh
-            if fresh is None or not sender.connected():
-                log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
+            if fresh is not None and sender.connected():  # on Zenoh a presence query: asked once a round
+                break
+            log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
         if fresh is not None:
             actor.load_weights(*fresh)
             sender.policy_version = fresh[1]

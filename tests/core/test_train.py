@@ -97,6 +97,17 @@ def test_a_randomised_run_is_judged_on_the_nominal_scene(tmp_path: Path, monkeyp
     assert counters["best_eval_success"] == 0.0
 
 
+def rigged_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rigged, eval_episodes: int) -> dict:
+    """summary.json of a 400-step run evaluated every 100 steps by `rigged` (for `evaluate`): goal 0.9, confirmed on
+    6 fresh episodes."""
+    monkeypatch.setattr(loop_run, "evaluate", rigged)
+    return json.loads(trainer.train(load_config([
+        f"run_dir={tmp_path}", "loop.env_steps=400", "loop.eval_every=100", f"loop.eval_episodes={eval_episodes}",
+        "loop.confirm_episodes=6", "loop.stop_at_success=0.9", "loop.final_eval_episodes=2", "demos.n_episodes=2",
+        "loop.checkpoint_every=0", "profile=cpu",
+    ])).read_text())  # fmt: skip
+
+
 def test_a_crossing_ends_the_run_only_when_fresh_seeds_confirm_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,12 +121,7 @@ def test_a_crossing_ends_the_run_only_when_fresh_seeds_confirm_it(
         rate = 1.0 if seed == 1_000_000 or confirms == 2 else 0.5
         return dataclasses.replace(evaluate(env, policy, 1, seed=seed), success_rate=rate, episodes=episodes)
 
-    monkeypatch.setattr(loop_run, "evaluate", rigged)
-    summary = json.loads(trainer.train(load_config([
-        f"run_dir={tmp_path}", "loop.env_steps=400", "loop.eval_every=100", "loop.eval_episodes=2",
-        "loop.confirm_episodes=6", "loop.stop_at_success=0.9", "loop.final_eval_episodes=2", "demos.n_episodes=2",
-        "loop.checkpoint_every=0", "profile=cpu",
-    ])).read_text())  # fmt: skip
+    summary = rigged_run(tmp_path, monkeypatch, rigged, eval_episodes=2)
     assert summary["env_steps"] == 200  # trained on past the unconfirmed crossing at 100
     assert calls == [(2, 1_000_000), (6, 6_000_000), (2, 1_000_000), (6, 6_100_000), (2, 1_000_000)]
     assert [e.get("confirm", False) for e in summary["evals"]] == [False, True, False, True, False]
@@ -136,12 +142,7 @@ def test_an_evaluation_mostly_aborted_neither_crosses_nor_confirms(
         result = evaluate(env, policy, 1, seed=seed)
         return dataclasses.replace(result, success_rate=1.0, episodes=n, aborted_episodes=aborted)
 
-    monkeypatch.setattr(loop_run, "evaluate", rigged)
-    summary = json.loads(trainer.train(load_config([
-        f"run_dir={tmp_path}", "loop.env_steps=400", "loop.eval_every=100", "loop.eval_episodes=4",
-        "loop.confirm_episodes=6", "loop.stop_at_success=0.9", "loop.final_eval_episodes=2", "demos.n_episodes=2",
-        "loop.checkpoint_every=0", "profile=cpu",
-    ])).read_text())  # fmt: skip
+    summary = rigged_run(tmp_path, monkeypatch, rigged, eval_episodes=4)
     assert summary["env_steps"] == 300  # 100: inconclusive; 200: crossed, confirmation inconclusive; 300: confirmed
     reached = summary["goal_reached"]
     assert reached["first_crossing"]["env_steps"] == 200 and reached["confirmed"]["env_steps"] == 300

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from plain_ros import free_port
 
 from robot_rl.config import load_config
 from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
@@ -84,13 +84,10 @@ def checkpoint_step(run: Path) -> int:
     return int(latest.read_text().removeprefix("step_")) if latest.exists() else 0
 
 
-def zenoh_plane(run_id: str) -> list[str]:
-    """Overrides that put the nodes' data on the Zenoh plane, on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return ["distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{port}",
-            f"distributed.zenoh.run_id={run_id}"]  # fmt: skip
+def zenoh_plane(run_id: str = "") -> list[str]:
+    """Overrides that put the nodes' data on the Zenoh plane, on a free loopback port ("": the learner's run id)."""
+    return ["distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{free_port()}",
+            *([f"distributed.zenoh.run_id={run_id}"] if run_id else [])]  # fmt: skip
 
 
 @contextmanager
@@ -162,8 +159,7 @@ def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path
     """Two actors started with their learner dial it until it listens; the run id is the run dir's name, saved in
     its config (a resume keeps it) and passed to the actors by launch."""
     run = tmp_path / "zenoh-run"
-    plane = [a for a in zenoh_plane("") if "run_id" not in a]
-    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *plane, *common(domain, 300))
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *zenoh_plane(), *common(domain, 300))
     try:
         out = finish(launch, 300)
     finally:

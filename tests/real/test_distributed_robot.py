@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from plain_ros import PlainNode, msg_type
+from plain_ros import PlainNode, free_port, msg_type
 from real_util import children, latest, spawn, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros2]
@@ -106,9 +105,7 @@ def test_launch_drives_two_robot_cells_on_one_learner_over_zenoh(domain: int, tm
     one learner; the data on the Zenoh plane, so no DDS links the nodes."""
     run, log_path = tmp_path / "run", tmp_path / "launch.log"
     cells = [domain, domain + 2]  # the same xdist worker's residue class (tests/plain_ros.py random_domain)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     sims = [spawn("sim-robot", "--lockstep", "--domain", str(d)) for d in cells]
     with log_path.open("w") as log:
         launch = subprocess.Popen(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import socket
 import subprocess
 import threading
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from plain_ros import free_port
 from transport_util import make_episode, wait_until
 
 from robot_rl.config import load_config
@@ -26,12 +26,6 @@ from robot_rl.transport.plane import (
     open_session,
     present,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
