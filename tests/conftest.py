@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,36 @@ import pytest
 
 # Every ROS 2 participant of the tests, in this process and in the ones it spawns, discovers on this host only.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # once, before the xdist workers start
+        clean_dead_fastdds_shm()
+
+
+def clean_dead_fastdds_shm(shm: Path = Path("/dev/shm")) -> None:
+    """Removes the Fast DDS shared-memory ports and segments of dead processes, as `fastdds shm clean` does (its tool
+    needs psutil): a live owner holds a lock on the `_el` file, and a port without one has no listener. Earlier runs'
+    SIGKILLed processes leave hundreds, and a new participant that draws a dead one's port recreates it under peers
+    that may still write to the old one."""
+    for lock in shm.glob("fastdds_*_el"):
+        try:
+            with lock.open("ab") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its owner lives
+        lock.unlink(missing_ok=True)
+    for seg in shm.glob("fastdds_*"):
+        if not seg.name.endswith("_el") and not (shm / f"{seg.name}_el").exists() and time.time() - _mtime(seg) > 60:
+            seg.unlink(missing_ok=True)
+            (shm / f"sem.{seg.name}_mutex").unlink(missing_ok=True)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

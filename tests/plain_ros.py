@@ -1,6 +1,7 @@
 """A plain rclpy node, written the way any ROS 2 user would: generated message classes, callbacks, an executor,
 default or sensor-data QoS, default Fast DDS settings. It imports nothing from robot_rl, so what it accepts is what
-a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's processes, and of a free loopback port."""
+a stock ROS 2 graph accepts. Also the one draw of a ROS domain for a test's processes, of a free loopback port, and
+of a CA with a certificate."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import importlib
 import os
 import random
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import rclpy
@@ -42,6 +45,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def make_ca(root: Path, name: str) -> dict[str, str]:
+    """A CA and one certificate for 127.0.0.1 signed by it, made with openssl as a lab would: the paths of the CA,
+    the certificate and its key (`distributed.zenoh.tls`'s ca, cert, key)."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=root)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}-ca",
+        "-keyout", f"{name}-ca.key", "-out", f"{name}-ca.pem")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", f"{name}.key",
+        "-out", f"{name}.csr")  # fmt: skip
+    (root / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{name}-ca.pem", "-CAkey", f"{name}-ca.key",
+        "-CAcreateserial", "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
+    return {"ca": str(root / f"{name}-ca.pem"), "cert": str(root / f"{name}.pem"), "key": str(root / f"{name}.key")}
 
 
 def msg_type(ros_type: str) -> Any:

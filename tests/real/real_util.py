@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,9 +22,22 @@ def inproc_robot(*overrides: str) -> RobotConfig:
 
 
 def spawn(*args: str) -> subprocess.Popen:
-    """A `robot-rl` subcommand as its own process: stdout (the JSON summary) and stderr (logs) kept apart."""
+    """A `robot-rl` subcommand as its own process: stdout (the JSON summary) and stderr (logs) kept apart. Python's
+    fault handler is on, so a process stuck where signals cannot reach Python tells where on SIGABRT (`dump`)."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "robot_rl.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+
+
+def dump(p: subprocess.Popen, why: str) -> AssertionError:
+    """A process that ignored SIGTERM: its threads' stacks (SIGABRT, see `spawn`) and stderr in one error."""
+    p.send_signal(signal.SIGABRT)
+    try:
+        err = p.communicate(timeout=10)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        err = p.communicate()[1]
+    return AssertionError(f"{why}; its stacks and stderr:\n{err[-6000:]}")
 
 
 def run(*args: str, timeout: float = 600) -> str:

@@ -6,6 +6,7 @@ usb_cam images read right."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from plain_ros import PlainNode, msg_type
-from real_util import spawn, stop, wait_until
+from real_util import dump, spawn, stop, wait_until
 
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.real import msgs
@@ -55,9 +56,9 @@ class Standin:
         self._pub = self.peer.publisher("/ur_standin/fault", "std_msgs/msg/String")
         try:
             self.peer.spin_until(lambda: self._pub.get_subscription_count() > 0, 60, "the stand-in's drill topic")
-        except TimeoutError:
+        except TimeoutError as e:
             self.close()
-            raise
+            raise TimeoutError(f"{e}; its stderr:\n{self.log[-3000:]}") from None
 
     def fault(self, kind: str) -> None:
         self._pub.publish(msg_type("std_msgs/msg/String")(data=kind))
@@ -66,7 +67,10 @@ class Standin:
         self.peer.close()
         alive = self.proc.poll() is None
         self.proc.terminate()
-        self.log = self.proc.communicate(timeout=30)[1]
+        try:
+            self.log = self.proc.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:
+            raise dump(self.proc, "the stand-in ignored SIGTERM for 30 s") from None
         assert alive, self.log[-3000:]
 
 

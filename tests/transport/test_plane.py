@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from plain_ros import free_port
+from plain_ros import free_port, make_ca
 from transport_util import make_episode, wait_until
 
 from robot_rl.config import load_config
@@ -175,26 +174,12 @@ def test_off_loopback_the_plane_needs_tls() -> None:
         open_session(PlaneConfig(run_id="r", endpoint="tls/10.0.0.5:7448"), "actor", "a0")
 
 
-def make_ca(root: Path, name: str) -> TlsConfig:
-    """A CA and one certificate for 127.0.0.1 signed by it (openssl, as a lab would)."""
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=root)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}-ca",
-        "-keyout", f"{name}-ca.key", "-out", f"{name}-ca.pem")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", f"{name}.key",
-        "-out", f"{name}.csr")  # fmt: skip
-    (root / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{name}-ca.pem", "-CAkey", f"{name}-ca.key",
-        "-CAcreateserial", "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
-    return TlsConfig(ca=str(root / f"{name}-ca.pem"), cert=str(root / f"{name}.pem"), key=str(root / f"{name}.key"))
-
-
 def test_only_peers_with_the_runs_certificates_reach_its_learner(tmp_path: Path) -> None:
     endpoint = f"tls/127.0.0.1:{free_port()}"
-    run = PlaneConfig(run_id="r", endpoint=endpoint, tls=make_ca(tmp_path, "run"), ack_timeout_s=1.0)
-    stranger = PlaneConfig(run_id="r", endpoint=endpoint, tls=make_ca(tmp_path, "stranger"), ack_timeout_s=1.0)
+    run = PlaneConfig(run_id="r", endpoint=endpoint, tls=TlsConfig(**make_ca(tmp_path, "run")), ack_timeout_s=1.0)
+    stranger = PlaneConfig(
+        run_id="r", endpoint=endpoint, tls=TlsConfig(**make_ca(tmp_path, "stranger")), ack_timeout_s=1.0
+    )
     learner = open_session(run, "learner", "learner")
     rx = Receiver(learner.session, run, "reach")
     server = WeightsServer(learner.session, run)
