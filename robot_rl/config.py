@@ -150,6 +150,9 @@ class DistributedConfig:
     # With robot=: the ROS domains of the robot cells `launch` drives, one actor each on the one learner (every
     # cell the same robot config; each arm's driver on its own domain). Empty: the one cell on robot.domain_id.
     cell_domains: list[int] = field(default_factory=list)
+    # With robot=: launch also serves each cell's stand-in (`robot-rl sim-robot` with the robot config, on the
+    # cell's domain; restarted when it dies), so a fleet of sim robots is one command.
+    standins: bool = False
     transport: TransportConfig = field(default_factory=TransportConfig)
     zenoh: PlaneConfig = field(default_factory=PlaneConfig)
 
@@ -378,6 +381,8 @@ def _robot_problem(cfg: TrainConfig) -> str:
     """What a run on a robot (`robot=<name>`) cannot do, saying what to set instead."""
     domains = cfg.distributed.cell_domains
     if cfg.robot is None:
+        if cfg.distributed.standins:
+            return "distributed.standins=true: stand-ins serve robot cells, which need robot=<name>"
         return f"distributed.cell_domains={domains}: robot cells need robot=<name>" if domains else ""
     if len(set(domains)) != len(domains) or not all(0 <= d <= 232 for d in domains):
         return f"distributed.cell_domains={domains}: distinct ROS domain ids in 0..232, one per cell"

@@ -5,7 +5,8 @@ A dead actor is restarted (it rejoins as a new stream); a learner that dies abno
 For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain (or,
 with `distributed.plane=zenoh`, given the learner's endpoint and run id).
 With `robot=<name>` each robot cell gets one actor: the one arm on `robot.domain_id`, or one per domain in
-`distributed.cell_domains` (`distributed.n_actors` is set to their number).
+`distributed.cell_domains` (`distributed.n_actors` is set to their number); `distributed.standins=true` also serves
+each cell's sim robot, supervised like the nodes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from robot_rl.config import TrainConfig
+from robot_rl.errors import UserError
 from robot_rl.nodes.links import with_run_id
 
 log = logging.getLogger("robot_rl.launch")
@@ -29,6 +31,8 @@ def _cli(*args: str) -> list[str]:
 
 
 def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
+    if not cfg.resume and not cfg.run_dir:
+        raise ValueError("launch needs run_dir= (a learner restart resumes from it)")
     cells = cfg.distributed.cell_domains or ([cfg.robot.domain_id] if cfg.robot is not None else [])
     if cells and cfg.distributed.n_actors != len(cells):
         log.info("robot=%s: one actor per arm (distributed.n_actors=%d)", cfg.robot.name, len(cells))
@@ -39,43 +43,86 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
     if cfg.distributed.local:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here
     run_dir = Path(cfg.resume or cfg.run_dir)
-    learner_args = [*overrides]
-    if not cfg.resume and not cfg.run_dir:
-        raise ValueError("launch needs run_dir= (a learner restart resumes from it)")
-    if cfg.distributed.plane == "zenoh":  # the actors key their data by the learner's run id
-        overrides = [*overrides, f"distributed.zenoh.run_id={with_run_id(cfg).distributed.zenoh.run_id}"]
-    learner = subprocess.Popen(_cli("learner", *learner_args), env=env)
-
-    def actor(i: int) -> subprocess.Popen:
-        cell = [f"robot.domain_id={cells[i]}"] if cells else []  # its arm's ROS graph
-        return subprocess.Popen(_cli("actor", "--index", str(i), *overrides, *cell), env=env)
-
-    actors = {i: actor(i) for i in range(cfg.distributed.n_actors)}
-    restarts = 0
+    arms = {f"stand-in {d}": d for d in cells} if cfg.distributed.standins else {}
+    starts = {name: standin_args(cfg, d) for name, d in arms.items()} | _node_commands(cfg, overrides, cells)
+    procs: dict[str, subprocess.Popen] = {}
     try:
-        while True:
-            rc = learner.poll()
-            if rc == 0:
-                return 0
-            if rc is not None:
-                if restarts >= max_restarts or not (run_dir / "checkpoints" / "latest").exists():
-                    log.error("learner exited with %s and cannot be resumed", rc)
-                    return rc or 1
-                restarts += 1
-                log.warning("learner exited with %s: resuming from %s (restart %d)", rc, run_dir, restarts)
-                learner = subprocess.Popen(_cli("learner", f"resume={run_dir}"), env=env)
-            for i, p in actors.items():
-                if p.poll() not in (None, 0) and restarts < max_restarts:  # 0: the learner ended the run
-                    restarts += 1
-                    log.warning("actor %d exited with %s: restarting", i, p.returncode)
-                    actors[i] = actor(i)
-            time.sleep(0.2)
+        for name, args in starts.items():  # the stand-ins first, each serving before the nodes start
+            procs[name] = subprocess.Popen(_cli(*args), env=env)
+            if name in arms:
+                wait_for_arm(cfg, arms[name], procs[name])
+        starts["learner"] = ["learner", f"resume={run_dir}"]  # a learner that dies resumes from its checkpoint
+        return _supervise(procs, starts, env, run_dir, max_restarts)
     finally:
-        for p in [*actors.values(), learner]:
+        for p in procs.values():
             if p.poll() is None:
                 p.terminate()
-        for p in [*actors.values(), learner]:
+        for p in procs.values():
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def _node_commands(cfg: TrainConfig, overrides: list[str], cells: list[int]) -> dict[str, list[str]]:
+    learner = ["learner", *overrides]
+    if cfg.distributed.plane == "zenoh":  # the actors key their data by the learner's run id
+        overrides = [*overrides, f"distributed.zenoh.run_id={with_run_id(cfg).distributed.zenoh.run_id}"]
+    arm = [[f"robot.domain_id={d}"] for d in cells] or [[]] * cfg.distributed.n_actors  # each actor's ROS graph
+    actors = {f"actor {i}": ["actor", "--index", str(i), *overrides, *arm[i]] for i in range(cfg.distributed.n_actors)}
+    return {"learner": learner, **actors}
+
+
+def _supervise(procs: dict[str, subprocess.Popen], starts: dict[str, list[str]], env: dict, run_dir: Path,
+               max_restarts: int) -> int:  # fmt: skip
+    """Restarts what dies until the learner ends the run: actors that exit 0 were told the run is over."""
+    restarts = 0
+    while True:
+        rc = procs["learner"].poll()
+        if rc == 0:
+            return 0
+        if rc is not None and not (run_dir / "checkpoints" / "latest").exists():
+            log.error("learner exited with %s and cannot be resumed", rc)
+            return rc
+        for name, p in procs.items():
+            if p.poll() in (None, 0):
+                continue
+            if restarts >= max_restarts:
+                log.error("%s exited with %s after %d restarts: giving up", name, p.returncode, restarts)
+                return p.returncode or 1
+            restarts += 1
+            log.warning("%s exited with %s: restarting (restart %d)", name, p.returncode, restarts)
+            procs[name] = subprocess.Popen(_cli(*starts[name]), env=env)
+        time.sleep(0.2)
+
+
+def standin_args(cfg: TrainConfig, domain: int) -> list[str]:
+    """`robot-rl sim-robot` serving the run's robot config and task on `domain`, with the cameras the policy reads."""
+    args = ["sim-robot", "--robot", cfg.robot.name, "--domain", str(domain), "--task", cfg.env.task,
+            "--seed", str(cfg.seed + domain)]  # fmt: skip
+    if cfg.robot.lockstep:
+        args.append("--lockstep")
+    if cfg.env.obs != "state":
+        args += ["--cameras", ",".join(cfg.env.cameras), "--image-size", str(cfg.env.image_size),
+                 "--camera-hz", str(cfg.env.control_hz)]  # fmt: skip
+    return args
+
+
+def wait_for_arm(cfg: TrainConfig, domain: int, standin: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    """Until the stand-in on `domain` listens for commands (a lockstep arm publishes nothing before the first): an
+    actor started before its arm fails its first reset and waits out a restart while the other cells train."""
+    from robot_rl.real import msgs
+    from robot_rl.real.robot import COMMAND_QOS
+    from robot_rl.transport import TransportConfig, make_transport
+
+    robot = cfg.robot
+    tc = TransportConfig(backend=robot.backend, domain_id=domain, namespace=robot.namespace, node_name="launch")
+    deadline = time.monotonic() + timeout_s
+    with make_transport(tc) as tx:
+        command = tx.publisher(robot.command_topic, msgs.POSE if robot.command_type == "pose" else msgs.TWIST,
+                               COMMAND_QOS)  # fmt: skip
+        while not command.matched():
+            if standin.poll() is not None or time.monotonic() > deadline:
+                raise UserError(f"the stand-in on domain {domain} took no {robot.command_topic} commands (exit code "
+                                f"{standin.poll()}, waited up to {timeout_s:g} s; its log is above)")  # fmt: skip
+            time.sleep(0.1)

@@ -121,3 +121,15 @@ def test_robot_cells_need_a_robot_and_distinct_domains() -> None:
         load_config(["distributed.cell_domains=[3]"])
     with pytest.raises(ConfigError, match="distinct ROS domain ids"):
         load_config(["robot=sim", "intervention.enabled=false", "distributed.cell_domains=[3,3]"])
+    with pytest.raises(ConfigError, match="stand-ins serve robot cells, which need robot=<name>"):
+        load_config(["distributed.standins=true"])
+
+
+def test_launch_serves_a_stand_in_with_the_runs_robot_task_and_cameras() -> None:
+    from robot_rl.nodes.launch import standin_args
+
+    robot = ["robot=sim", "robot.lockstep=true", "intervention.enabled=false"]
+    cfg = load_config([*robot, "obs=pixels", "task=peg_insert"])
+    args = standin_args(cfg, 7)
+    assert args[:6] == ["sim-robot", "--robot", "sim", "--domain", "7", "--task"] and "--lockstep" in args
+    assert cfg.env.task in args and args[args.index("--cameras") + 1] == ",".join(cfg.env.cameras)

@@ -19,6 +19,7 @@ from real_util import children, latest, spawn, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros2]
 STEPS = 500
+CELL_STEPS = 400
 
 
 def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_holds_without_a_learner(
@@ -100,31 +101,33 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
     assert stamps.max() == last_step and np.ptp(xyz, axis=0).max() == 0.0
 
 
-def test_launch_drives_two_robot_cells_on_one_learner_over_zenoh(domain: int, tmp_path: Path) -> None:
-    """Two sim-robot cells, each on its own ROS domain, one actor each (launch gives actor i its cell's domain),
-    one learner; the data on the Zenoh plane, so no DDS links the nodes."""
+def test_launch_serves_two_stand_in_cells_and_drives_them_on_one_learner_over_zenoh(
+    domain: int, tmp_path: Path
+) -> None:
+    """Two sim-robot stand-ins that launch serves itself, each cell on its own ROS domain, one actor each (launch
+    gives actor i its cell's domain), one learner; the data on the Zenoh plane, so no DDS links the nodes."""
     run, log_path = tmp_path / "run", tmp_path / "launch.log"
     cells = [domain, domain + 2]  # the same xdist worker's residue class (tests/plain_ros.py random_domain)
-    port = free_port()
-    sims = [spawn("sim-robot", "--lockstep", "--domain", str(d)) for d in cells]
     with log_path.open("w") as log:
         launch = subprocess.Popen(
             [sys.executable, "-m", "robot_rl.cli", "launch", "robot=sim", "robot.lockstep=true",
-             f"distributed.cell_domains=[{cells[0]},{cells[1]}]", "distributed.plane=zenoh",
-             f"distributed.zenoh.endpoint=tcp/127.0.0.1:{port}", "robot.reset_timeout_s=5",
-             "intervention.enabled=false", "loop.env_steps=300", "loop.eval_every=0", "loop.checkpoint_every=0",
-             "loop.final_eval_episodes=1", f"run_dir={run}", "threads=1", "profile=cpu"],
+             f"distributed.cell_domains=[{cells[0]},{cells[1]}]", "distributed.standins=true",
+             "distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{free_port()}",
+             "robot.reset_timeout_s=5", "intervention.enabled=false", f"loop.env_steps={CELL_STEPS}",
+             "loop.eval_every=0", "loop.checkpoint_every=0", "loop.final_eval_episodes=1", f"run_dir={run}",
+             "threads=1", "profile=cpu"],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
         )  # fmt: skip
         try:
             assert launch.wait(timeout=300) == 0, log_path.read_text()[-3000:]
+            for d in cells:  # launch stopped the stand-ins it served
+                assert not subprocess.run(["pgrep", "-f", f"sim-robot .*--domain {d} "], capture_output=True).stdout
         finally:
-            stop(*sims)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(launch.pid, signal.SIGKILL)
             launch.wait()
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["env_steps"] == 300, log_path.read_text()[-3000:]
+    assert summary["env_steps"] == CELL_STEPS, log_path.read_text()[-3000:]
     actors = summary["actors"]
     assert sorted(a.split("-")[0] for a in actors) == ["actor0", "actor1"]  # both cells trained the one learner
     assert all(a["transitions"] > 0 and a["lost"] == 0 for a in actors.values()), actors
