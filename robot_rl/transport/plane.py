@@ -303,6 +303,7 @@ class WeightsClient:
         self.loaded_version = -1
         self.reannounced = False
         self._heard: deque[int] = deque()
+        self._news = threading.Event()  # a version heard or a learner joined: what `poll(timeout_s)` waits for
         self.sub = session.declare_subscriber(f"{cfg.prefix}/weights/version", self._on_version)
         # A learner (re)joining: its first announcement may have gone out before our session reconnected to it, so
         # its arrival alone makes the next poll fetch, until a fetch answers.
@@ -311,9 +312,11 @@ class WeightsClient:
 
     def _on_version(self, sample: Any) -> None:
         self._heard.append(int(json.loads(sample.payload.to_bytes())["version"]))
+        self._news.set()
 
     def _on_learner(self, sample: Any) -> None:
         self._joined |= sample.kind == zenoh.SampleKind.PUT
+        self._news.set()
 
     def lag(self, current_version: int) -> int:
         return max(0, self.announced_version - current_version)
@@ -321,7 +324,11 @@ class WeightsClient:
     def poll(self, timeout_s: float = 0.0) -> tuple[dict[str, torch.Tensor], int] | None:
         """Fetches when a version other than the loaded one was announced (a newer one, or an older one from a
         learner resumed from its checkpoint: its predecessor's newer weights died with it, and it waits for our
-        steps) or a learner joined; a learner that joined holding our version sets `reannounced`."""
+        steps) or a learner joined; a learner that joined holding our version sets `reannounced`. With nothing new
+        it waits up to `timeout_s` for news (an actor waiting for its learner must not spin)."""
+        if timeout_s > 0 and self.loaded_version >= 0 and not self._heard and not self._joined:
+            self._news.wait(timeout_s)
+        self._news.clear()
         self.reannounced, other = False, False
         while self._heard:
             v = self._heard.popleft()

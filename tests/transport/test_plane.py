@@ -131,6 +131,25 @@ def test_weights_are_pulled_by_version_and_verified(plane: PlaneConfig) -> None:
     learner.close()
 
 
+def test_an_actor_waiting_for_newer_weights_waits_instead_of_spinning(plane: PlaneConfig) -> None:
+    """`poll(timeout_s)` with nothing new blocks up to the timeout (an actor whose learner is gone polls in a loop:
+    returning at once spun it, 1.4 million 'learner silent' lines in a minute) and wakes when a version comes."""
+    learner = open_session(plane, "learner", "learner")
+    server = WeightsServer(learner.session, plane)
+    server.publish({"w": torch.ones(3)}, 1)
+    actor = open_session(plane, "actor", "a0")
+    client = WeightsClient(actor.session, plane)
+    wait_until(lambda: client.poll() is not None, 5.0)
+    t0 = time.monotonic()
+    assert client.poll(timeout_s=0.5) is None and time.monotonic() - t0 >= 0.45
+    threading.Timer(0.2, server.publish, ({"w": torch.full((3,), 2.0)}, 2)).start()
+    t0 = time.monotonic()
+    got = client.poll(timeout_s=5.0)
+    assert got is not None and got[1] == 2 and time.monotonic() - t0 < 2.0
+    actor.close()
+    learner.close()
+
+
 def test_a_resumed_learners_older_weights_are_fetched(plane: PlaneConfig) -> None:
     """A learner resumed from its checkpoint announces fewer updates than its predecessor handed out: the actor
     must act on them (the learner waits for its steps), not hold out for a newer version."""
