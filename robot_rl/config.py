@@ -143,10 +143,10 @@ class DistributedConfig:
     batch_size: int = 8  # transitions per message
     queue_batches: int = 4  # messages in flight before actors block: bounds policy lag to ~queue x batch steps
     local: bool = True  # launch: all nodes on this machine, DDS discovery on loopback only
-    # What carries transitions, weights and episode summaries between the nodes (`nodes/links.py`): ros2 (the bulk
-    # socket and DDS, `transport`) | zenoh (`zenoh`: acknowledged transitions, weights pulled by version, run ids,
-    # TLS off loopback). A robot cell's own topics are ROS 2 either way.
-    plane: str = "ros2"
+    # What carries transitions, weights and episode summaries between the nodes (`nodes/links.py`): zenoh (`zenoh`:
+    # acknowledged transitions, weights pulled by version, run ids, TLS off loopback) | ros2 (the bulk socket and
+    # DDS, `transport`; kept for one release). A robot cell's own topics are ROS 2 either way.
+    plane: str = "zenoh"
     # With robot=: the ROS domains of the robot cells `launch` drives, one actor each on the one learner (every
     # cell the same robot config; each arm's driver on its own domain). Empty: the one cell on robot.domain_id.
     cell_domains: list[int] = field(default_factory=list)

@@ -89,11 +89,14 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
             waiting = since_update >= dist.steps_per_version and (not realtime or actor.between_episodes)
             if waiting:
                 flush(sender, actor_id)  # the learner needs these steps before it has a newer policy to give
-            fresh = weights.poll(timeout_s=dist.learner_timeout_s if waiting else 0.0)
+            # A robot in real time takes weights between episodes only: on Zenoh a fetch is a query to the learner,
+            # which can outlast the driver's command watchdog mid-episode.
+            news = not realtime or actor.between_episodes
+            fresh = weights.poll(timeout_s=dist.learner_timeout_s if waiting else 0.0) if news else None
             if fresh is not None:
                 actor.load_weights(*fresh)
                 sender.policy_version, since_update = fresh[1], 0
-            elif weights.reannounced:  # a learner resumed from the checkpoint of our weights: it waits for our steps
+            elif news and weights.reannounced:  # a learner resumed from our weights' checkpoint: it waits for us
                 since_update = 0
             elif waiting:
                 if dist.on_learner_loss == "hold" or cfg.robot is not None:

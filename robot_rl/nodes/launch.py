@@ -2,8 +2,9 @@
 
 A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
 `resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
-For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself on the same ROS domain (or,
-with `distributed.plane=zenoh`, given the learner's endpoint and run id).
+On the Zenoh plane (the default) the learner listens on a free loopback port unless `distributed.zenoh.endpoint`
+is given. For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself, the actors given the
+learner's endpoint and run id (`distributed.plane=ros2`: on one ROS domain).
 With `robot=<name>` each robot cell gets one actor: the one arm on `robot.domain_id`, or one per domain in
 `distributed.cell_domains` (`distributed.n_actors` is set to their number); `distributed.standins=true` also serves
 each cell's sim robot, supervised like the nodes.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -22,8 +24,10 @@ from pathlib import Path
 from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError
 from robot_rl.nodes.links import with_run_id
+from robot_rl.transport.base import PlaneConfig
 
 log = logging.getLogger("robot_rl.launch")
+DEFAULT_ENDPOINT = PlaneConfig().endpoint
 
 
 def _cli(*args: str) -> list[str]:
@@ -43,6 +47,9 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
     if cfg.distributed.local:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here
     run_dir = Path(cfg.resume or cfg.run_dir)
+    dist = cfg.distributed
+    if dist.plane == "zenoh" and dist.local and dist.zenoh.endpoint == DEFAULT_ENDPOINT:  # launches side by side
+        overrides = [*overrides, f"distributed.zenoh.endpoint=tcp/127.0.0.1:{_free_port()}"]
     arms = {f"stand-in {d}": d for d in cells} if cfg.distributed.standins else {}
     starts = {name: standin_args(cfg, d) for name, d in arms.items()} | _node_commands(cfg, overrides, cells)
     procs: dict[str, subprocess.Popen] = {}
@@ -62,6 +69,13 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on now: the learner of this launch listens there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _node_commands(cfg: TrainConfig, overrides: list[str], cells: list[int]) -> dict[str, list[str]]:

@@ -61,8 +61,8 @@ def wait_for(pred, timeout_s: float) -> None:
 
 def test_learner_and_actor_processes_train_over_ros2(tmp_path: Path, domain: int) -> None:
     run = tmp_path / "run"
-    learner = spawn("learner", f"run_dir={run}", *common(domain, 300))
-    actor = spawn("actor", "--index", "0", *common(domain, 300))
+    learner = spawn("learner", f"run_dir={run}", *common(domain, 300), *ROS2_PLANE)
+    actor = spawn("actor", "--index", "0", *common(domain, 300), *ROS2_PLANE)
     try:
         finish(learner, 240)
     finally:
@@ -84,6 +84,9 @@ def checkpoint_step(run: Path) -> int:
     return int(latest.read_text().removeprefix("step_")) if latest.exists() else 0
 
 
+ROS2_PLANE = ["distributed.plane=ros2"]  # the old plane, named (the nodes default to Zenoh)
+
+
 def zenoh_plane(run_id: str = "") -> list[str]:
     """Overrides that put the nodes' data on the Zenoh plane, on a free loopback port ("": the learner's run id)."""
     return ["distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{free_port()}",
@@ -94,7 +97,7 @@ def zenoh_plane(run_id: str = "") -> list[str]:
 def episodes_heard(domain: int, plane: list[str]) -> Iterator[Callable[[], list[str]]]:
     """The actor names ("actor0") of episodes reported since the last call, heard beside the learner: on DDS from
     now (open it before any actor can publish), on Zenoh once the learner listens."""
-    if not plane:
+    if plane == ROS2_PLANE:
         cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
         with make_transport(cfg) as probe:
             sub = probe.subscription(EPISODES_TOPIC, EPISODE_T, EPISODE_QOS)
@@ -181,10 +184,11 @@ def test_an_actor_without_the_runs_certificates_never_reaches_its_learner(tmp_pa
 
 
 def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path, domain: int) -> None:
-    """Two actors started with their learner dial it until it listens; the run id is the run dir's name, saved in
-    its config (a resume keeps it) and passed to the actors by launch."""
+    """Launch with the defaults: the Zenoh plane, the learner on a free loopback port (launches side by side never
+    share one), two actors dialling it until it listens; the run id is the run dir's name, saved in its config with
+    the endpoint (a resume keeps both) and passed to the actors."""
     run = tmp_path / "zenoh-run"
-    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *zenoh_plane(), *common(domain, 300))
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *common(domain, 300))
     try:
         out = finish(launch, 300)
     finally:
@@ -192,7 +196,8 @@ def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == 300 and len(s["actors"]) == 2, out[-2000:]
     assert all(a["lost"] == 0 for a in s["actors"].values())
-    assert OmegaConf.load(run / "config.yaml").distributed.zenoh.run_id == "zenoh-run"  # what a resume loads
+    saved = OmegaConf.load(run / "config.yaml").distributed  # what a resume loads
+    assert saved.zenoh.run_id == "zenoh-run" and saved.zenoh.endpoint != "tcp/127.0.0.1:7448"
     assert "run id zenoh-run" in out
 
 
@@ -200,7 +205,7 @@ def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path
 def listening_as_learner(domain: int, plane: list[str]) -> Iterator[Callable[[float], list]]:
     """`poll(timeout_s)` of transitions taken where the learner takes them (on Zenoh: its endpoint, free since it
     was killed; the actor's session reconnects there)."""
-    if not plane:
+    if plane == ROS2_PLANE:
         cfg = TransportConfig(backend="rclpy", domain_id=domain, task="PickCube", node_name="probe")
         with make_transport(cfg) as transport:
             yield TransitionReceiver(transport).poll
@@ -216,7 +221,7 @@ def listening_as_learner(domain: int, plane: list[str]) -> Iterator[Callable[[fl
 @pytest.mark.parametrize("plane", ["ros2", "zenoh"])
 def test_learner_killed_actors_keep_acting_and_learner_resumes(tmp_path: Path, domain: int, plane: str) -> None:
     run = tmp_path / "run"
-    on = zenoh_plane("resumed") if plane == "zenoh" else []
+    on = zenoh_plane("resumed") if plane == "zenoh" else ROS2_PLANE
     learner = spawn("learner", f"run_dir={run}", *common(domain, 500), *on)
     actor = spawn("actor", "--index", "0", *common(domain, 500), *on, "distributed.learner_timeout_s=0.5")
     resumed = None
@@ -249,7 +254,7 @@ def test_launch_nodes_are_plain_ros2_nodes_and_lose_nothing(tmp_path: Path, doma
     from plain_ros import PlainNode
 
     run = tmp_path / "run"
-    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *common(domain, 400))
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", *common(domain, 400), *ROS2_PLANE)
     try:
         with PlainNode(domain) as peer:
 
