@@ -1,5 +1,6 @@
-"""`robot-rl launch robot=sim` over real ROS 2 against a `sim-robot --lockstep` process: one actor on the arm, the
-learner off it, and SIGKILLs of the actor, the learner and the sim robot mid-run."""
+"""`robot-rl launch robot=sim` over real ROS 2 against `sim-robot --lockstep` processes: one actor on the arm, the
+learner off it, and SIGKILLs of the actor, the learner and the sim robot mid-run; two cells whose stand-ins launch
+serves itself, one of them SIGKILLed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from plain_ros import PlainNode, free_port, msg_type
-from real_util import children, latest, spawn, stop
+from plain_ros import PlainNode, msg_type
+from real_util import children, latest, spawn, stop, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros2]
 STEPS = 500
@@ -101,24 +102,35 @@ def test_killed_actor_learner_and_sim_robot_resume_lose_nothing_and_the_arm_hold
     assert stamps.max() == last_step and np.ptp(xyz, axis=0).max() == 0.0
 
 
-def test_launch_serves_two_stand_in_cells_and_drives_them_on_one_learner_over_zenoh(
+def standin(launch_pid: int, domain: int) -> int:
+    """The pid of the `sim-robot` that launch serves on `domain`."""
+    for c in Path(f"/proc/{launch_pid}/task/{launch_pid}/children").read_text().split():
+        cmd = Path(f"/proc/{c}/cmdline").read_bytes().decode().split("\0")
+        if "sim-robot" in cmd and cmd[cmd.index("--domain") + 1] == str(domain):
+            return int(c)
+    raise AssertionError(f"launch serves no stand-in on domain {domain}")
+
+
+def test_launch_serves_two_stand_in_cells_drives_them_on_one_learner_and_restarts_a_killed_one(
     domain: int, tmp_path: Path
 ) -> None:
     """Two sim-robot stand-ins that launch serves itself, each cell on its own ROS domain, one actor each (launch
-    gives actor i its cell's domain), one learner; the data on the Zenoh plane, so no DDS links the nodes."""
+    gives actor i its cell's domain), one learner on the Zenoh plane, so no DDS links the nodes. One stand-in is
+    SIGKILLed mid-run: launch serves it again and the run finishes."""
     run, log_path = tmp_path / "run", tmp_path / "launch.log"
     cells = [domain, domain + 2]  # the same xdist worker's residue class (tests/plain_ros.py random_domain)
     with log_path.open("w") as log:
         launch = subprocess.Popen(
             [sys.executable, "-m", "robot_rl.cli", "launch", "robot=sim", "robot.lockstep=true",
              f"distributed.cell_domains=[{cells[0]},{cells[1]}]", "distributed.standins=true",
-             "distributed.plane=zenoh", f"distributed.zenoh.endpoint=tcp/127.0.0.1:{free_port()}",
              "robot.reset_timeout_s=5", "intervention.enabled=false", f"loop.env_steps={CELL_STEPS}",
-             "loop.eval_every=0", "loop.checkpoint_every=0", "loop.final_eval_episodes=1", f"run_dir={run}",
+             "loop.eval_every=0", "loop.checkpoint_every=100", "loop.final_eval_episodes=1", f"run_dir={run}",
              "threads=1", "profile=cpu"],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
         )  # fmt: skip
         try:
+            wait_until(lambda: latest(run) >= 100 or launch.poll() is not None, 180, "a first checkpoint")
+            os.kill(standin(launch.pid, cells[0]), signal.SIGKILL)
             assert launch.wait(timeout=300) == 0, log_path.read_text()[-3000:]
             for d in cells:  # launch stopped the stand-ins it served
                 assert not subprocess.run(["pgrep", "-f", f"sim-robot .*--domain {d} "], capture_output=True).stdout
@@ -126,6 +138,7 @@ def test_launch_serves_two_stand_in_cells_and_drives_them_on_one_learner_over_ze
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(launch.pid, signal.SIGKILL)
             launch.wait()
+    assert f"stand-in {cells[0]} exited with -9: restarting" in log_path.read_text()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == CELL_STEPS, log_path.read_text()[-3000:]
     actors = summary["actors"]
