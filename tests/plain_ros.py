@@ -47,21 +47,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_ca(root: Path, name: str) -> dict[str, str]:
-    """A CA and one certificate for 127.0.0.1 signed by it, made with openssl as a lab would: the paths of the CA,
-    the certificate and its key (`distributed.zenoh.tls`'s ca, cert, key)."""
+def make_ca(root: Path, name: str, ip: str = "127.0.0.1") -> dict[str, str]:
+    """A CA and one certificate for `ip` signed by it, made with openssl as a lab would: the paths of the CA, the
+    certificate and its key (`distributed.zenoh.tls`'s ca, cert, key)."""
 
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=root)
 
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}-ca",
         "-keyout", f"{name}-ca.key", "-out", f"{name}-ca.pem")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", f"{name}.key",
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ip}", "-keyout", f"{name}.key",
         "-out", f"{name}.csr")  # fmt: skip
-    (root / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (root / f"{name}.ext").write_text(f"subjectAltName=IP:{ip},DNS:localhost\n")
     run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{name}-ca.pem", "-CAkey", f"{name}-ca.key",
         "-CAcreateserial", "-days", "1", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
     return {"ca": str(root / f"{name}-ca.pem"), "cert": str(root / f"{name}.pem"), "key": str(root / f"{name}.key")}
+
+
+def host_address() -> str | None:
+    """This host's address on its default route, not loopback (no packet is sent), or None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # TEST-NET-3: routed, never reached
+        except OSError:
+            return None
+        ip = s.getsockname()[0]
+    return None if ip.startswith("127.") else ip
 
 
 def msg_type(ros_type: str) -> Any:

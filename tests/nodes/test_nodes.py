@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from plain_ros import free_port, make_ca
+from plain_ros import free_port, host_address, make_ca
 
 from robot_rl.config import load_config
 from robot_rl.transport import TransitionReceiver, TransportConfig, make_transport
@@ -160,13 +160,20 @@ def test_actors_killed_mid_episode_one_rejoins_and_the_waiting_learner_trains_on
     assert all(v["lost"] == 0 for v in s["actors"].values())  # nothing an actor sent was dropped
 
 
-def test_an_actor_without_the_runs_certificates_never_reaches_its_learner(tmp_path: Path, domain: int) -> None:
+@pytest.mark.parametrize("bind", ["loopback", "host"])
+def test_an_actor_without_the_runs_certificates_never_reaches_its_learner(
+    tmp_path: Path, domain: int, bind: str
+) -> None:
     """TLS through the nodes: the learner and one actor hold certificates of the run's CA, a second actor one of
-    another CA. The run trains on the first alone; the stranger keeps dialling and says why it gets no link."""
-    endpoint = f"tls/127.0.0.1:{free_port()}"
+    another CA. The run trains on the first alone; the stranger keeps dialling and says why it gets no link. Also
+    with the learner on this host's network address, as on a GPU box the robot PCs reach."""
+    ip = "127.0.0.1" if bind == "loopback" else host_address()
+    if ip is None:
+        pytest.skip("this host has no address but loopback")
+    endpoint = f"tls/{ip}:{free_port()}"
 
     def tls(name: str) -> list[str]:
-        return [f"distributed.zenoh.tls.{k}={v}" for k, v in make_ca(tmp_path, name).items()]
+        return [f"distributed.zenoh.tls.{k}={v}" for k, v in make_ca(tmp_path, name, ip).items()]
 
     args = [*common(domain, 300), "distributed.plane=zenoh", f"distributed.zenoh.endpoint={endpoint}"]
     learner = spawn("learner", f"run_dir={tmp_path / 'run'}", *args, *tls("run"))
