@@ -161,33 +161,38 @@ def test_actors_killed_mid_episode_one_rejoins_and_the_waiting_learner_trains_on
 
 
 @pytest.mark.parametrize("bind", ["loopback", "host"])
-def test_an_actor_without_the_runs_certificates_never_reaches_its_learner(
-    tmp_path: Path, domain: int, bind: str
-) -> None:
-    """TLS through the nodes: the learner and one actor hold certificates of the run's CA, a second actor one of
-    another CA. The run trains on the first alone; the stranger keeps dialling and says why it gets no link. Also
-    with the learner on this host's network address, as on a GPU box the robot PCs reach."""
+def test_peers_without_the_runs_certificates_never_reach_it(tmp_path: Path, domain: int, bind: str) -> None:
+    """TLS through the nodes: the learner and one actor hold certificates of the run's CA. An actor with another
+    CA's certificate never reaches the learner, and an actor of the run never takes weights from an impostor
+    learner (the same run id, another CA's certificate); both keep dialling and say why they get no link. The run
+    trains on its one actor. Also with the learners on this host's network address, as on a GPU box."""
     ip = "127.0.0.1" if bind == "loopback" else host_address()
     if ip is None:
         pytest.skip("this host has no address but loopback")
-    endpoint = f"tls/{ip}:{free_port()}"
+    ours, theirs = f"tls/{ip}:{free_port()}", f"tls/{ip}:{free_port()}"
+    tls = {name: [f"distributed.zenoh.tls.{k}={v}" for k, v in make_ca(tmp_path, name, ip).items()]
+           for name in ("run", "stranger")}  # fmt: skip
 
-    def tls(name: str) -> list[str]:
-        return [f"distributed.zenoh.tls.{k}={v}" for k, v in make_ca(tmp_path, name, ip).items()]
+    def node(role: str, endpoint: str, ca: str, *more: str) -> subprocess.Popen:
+        return spawn(role, *more, *common(domain, 300), f"distributed.zenoh.endpoint={endpoint}", *tls[ca])
 
-    args = [*common(domain, 300), "distributed.plane=zenoh", f"distributed.zenoh.endpoint={endpoint}"]
-    learner = spawn("learner", f"run_dir={tmp_path / 'run'}", *args, *tls("run"))
-    actors = [spawn("actor", "--index", str(i), *args, "distributed.zenoh.run_id=run", *tls(ca))
-              for i, ca in enumerate(("run", "stranger"))]  # fmt: skip
+    learner = node("learner", ours, "run", f"run_dir={tmp_path / 'ours' / 'run'}")
+    impostor = node("learner", theirs, "stranger", f"run_dir={tmp_path / 'theirs' / 'run'}")
+    actor, stranger, deceived = (node("actor", endpoint, ca, "--index", str(i), "distributed.zenoh.run_id=run")
+                                 for i, (endpoint, ca) in enumerate(((ours, "run"), (ours, "stranger"),
+                                                                     (theirs, "run"))))  # fmt: skip
     try:
         finish(learner, 240)
     finally:
-        stop(learner, actors[0])
-        actors[1].kill()
-    stranger = actors[1].communicate()[0]
-    assert f"waiting for a learner at {endpoint}" in stranger and "TLS refused" in stranger, stranger[-2000:]
-    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+        stop(learner, actor)
+        for p in (impostor, stranger, deceived):
+            p.kill()
+    for p, endpoint in ((stranger, ours), (deceived, theirs)):
+        out = p.communicate()[0]
+        assert f"waiting for a learner at {endpoint}" in out and "TLS refused" in out, out[-2000:]
+    s = json.loads((tmp_path / "ours" / "run" / "summary.json").read_text())
     assert [a.split("-")[0] for a in s["actors"]] == ["actor0"] and s["env_steps"] == 300
+    assert not (tmp_path / "theirs" / "run" / "checkpoints").exists()  # the impostor got no steps to train on
 
 
 def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path, domain: int) -> None:
