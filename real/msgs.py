@@ -18,6 +18,7 @@ from robot_rl.transport import typesys
 JOINT_STATE = "sensor_msgs/msg/JointState"
 POSE = "geometry_msgs/msg/PoseStamped"
 TWIST = "geometry_msgs/msg/TwistStamped"
+COMMAND = {"pose": POSE, "twist": TWIST}  # RobotConfig.command_type -> its command topic's type
 WRENCH = "geometry_msgs/msg/WrenchStamped"
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"

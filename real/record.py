@@ -56,7 +56,7 @@ def session_topics(cfg: RobotConfig) -> list[RecordedTopic]:
     command). With one log time per poll, a message published after another is then never logged before it, which
     is how `robot-rl convert session` pairs a step's gripper command with its pose command.
     """
-    cmd = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
+    cmd = msgs.COMMAND[cfg.command_type]
     rows = [
         ("gripper", cfg.gripper_topic, msgs.FLOAT64),
         ("command", cfg.command_topic, cmd),

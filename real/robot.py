@@ -272,8 +272,7 @@ class RobotEnv(gym.Env):
         self._robot_hold: str | None = None  # the robot's own hold: the status topic's or the stock driver's
         self._driver = make_link(cfg)  # a stock driver's status, faults and recovery (real/drivers.py)
         self._reset_done_sub = self.tx.subscription(cfg.reset_done_topic, msgs.INT64)
-        cmd_type = msgs.POSE if cfg.command_type == "pose" else msgs.TWIST
-        self._cmd_pub = self.tx.publisher(cfg.command_topic, cmd_type, COMMAND_QOS)
+        self._cmd_pub = self.tx.publisher(cfg.command_topic, msgs.COMMAND[cfg.command_type], COMMAND_QOS)
         self._grip_pub = self.tx.publisher(cfg.gripper_topic, msgs.FLOAT64, COMMAND_QOS)
         self._reset_pub = self.tx.publisher(cfg.reset_topic, msgs.INT64)
         self._estop_pub = self.tx.publisher(cfg.estop_topic, msgs.BOOL, LATCHED_QOS)

@@ -203,8 +203,7 @@ class SimRobot:
                             node_name="sim_robot")
         )  # fmt: skip
         self._own_transport = transport is None
-        cmd_type = msgs.POSE if robot.command_type == "pose" else msgs.TWIST
-        self._cmd_sub = self.tx.subscription(robot.command_topic, cmd_type, COMMAND_READER_QOS)
+        self._cmd_sub = self.tx.subscription(robot.command_topic, msgs.COMMAND[robot.command_type], COMMAND_READER_QOS)
         self._grip_sub = self.tx.subscription(robot.gripper_topic, msgs.FLOAT64, COMMAND_READER_QOS)
         self._reset_sub = self.tx.subscription(robot.reset_topic, msgs.INT64)
         self._estop = EstopListener(self.tx, robot.estop_topic)

@@ -37,20 +37,21 @@ def _cli(*args: str) -> list[str]:
 def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> int:
     if not cfg.resume and not cfg.run_dir:
         raise ValueError("launch needs run_dir= (a learner restart resumes from it)")
-    cells = cfg.distributed.cell_domains or ([cfg.robot.domain_id] if cfg.robot is not None else [])
-    if cells and cfg.distributed.n_actors != len(cells):
+    dist = cfg.distributed
+    cells = dist.cell_domains or ([cfg.robot.domain_id] if cfg.robot is not None else [])
+    if cells and dist.n_actors != len(cells):
         log.info("robot=%s: one actor per arm (distributed.n_actors=%d)", cfg.robot.name, len(cells))
         overrides = [*(o for o in overrides if not o.startswith("distributed.n_actors=")),
                      f"distributed.n_actors={len(cells)}"]  # fmt: skip
-        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, n_actors=len(cells)))
+        dist = dataclasses.replace(dist, n_actors=len(cells))
+        cfg = dataclasses.replace(cfg, distributed=dist)
     env = dict(os.environ)
-    if cfg.distributed.local:
+    if dist.local:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # all on this machine: discovery stays here
     run_dir = Path(cfg.resume or cfg.run_dir)
-    dist = cfg.distributed
     if dist.plane == "zenoh" and dist.local and dist.zenoh.endpoint == DEFAULT_ENDPOINT:  # launches side by side
         overrides = [*overrides, f"distributed.zenoh.endpoint=tcp/127.0.0.1:{_free_port()}"]
-    arms = {f"stand-in {d}": d for d in cells} if cfg.distributed.standins else {}
+    arms = {f"stand-in {d}": d for d in cells} if dist.standins else {}
     starts = {name: standin_args(cfg, d) for name, d in arms.items()} | _node_commands(cfg, overrides, cells)
     procs: dict[str, subprocess.Popen] = {}
     try:
@@ -133,8 +134,7 @@ def wait_for_arm(cfg: TrainConfig, domain: int, standin: subprocess.Popen, timeo
     tc = TransportConfig(backend=robot.backend, domain_id=domain, namespace=robot.namespace, node_name="launch")
     deadline = time.monotonic() + timeout_s
     with make_transport(tc) as tx:
-        command = tx.publisher(robot.command_topic, msgs.POSE if robot.command_type == "pose" else msgs.TWIST,
-                               COMMAND_QOS)  # fmt: skip
+        command = tx.publisher(robot.command_topic, msgs.COMMAND[robot.command_type], COMMAND_QOS)
         while not command.matched():
             if standin.poll() is not None or time.monotonic() > deadline:
                 raise UserError(f"the stand-in on domain {domain} took no {robot.command_topic} commands (exit code "
