@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -61,15 +62,33 @@ def launch(cfg: TrainConfig, overrides: list[str], max_restarts: int = 20) -> in
                 wait_for_arm(cfg, arms[name], procs[name])
         starts["learner"] = ["learner", f"resume={run_dir}"]  # a learner that dies resumes from its checkpoint
         return _supervise(procs, starts, env, run_dir, max_restarts)
+    except KeyboardInterrupt:  # a terminal's Ctrl-C reached the learner too: it is saving (learner_node)
+        _wait(procs.get("learner"), 5.0)
+        raise
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
+
+
+def _stop(procs: dict[str, subprocess.Popen]) -> None:
+    """The learner first, by SIGINT, as Ctrl-C stops it (it saves its checkpoint and summary), then the rest."""
+    learner = procs.get("learner")
+    if learner is not None and learner.poll() is None:
+        learner.send_signal(signal.SIGINT)
+        _wait(learner, 120.0)
+    for p in procs.values():
+        if p.poll() is None:
+            p.terminate()
+    for p in procs.values():
+        if not _wait(p, 10.0):
+            p.kill()
+
+
+def _wait(p: subprocess.Popen | None, timeout_s: float) -> bool:
+    """Whether `p` (None: nothing) has ended within `timeout_s`."""
+    try:
+        return p is None or p.wait(timeout=timeout_s) is not None
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def _free_port() -> int:

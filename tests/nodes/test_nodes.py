@@ -213,6 +213,29 @@ def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path
     assert "run id zenoh-run" in out
 
 
+def test_ctrl_c_on_launch_saves_the_learners_run_with_each_actors_count(tmp_path: Path, domain: int) -> None:
+    """Ctrl-C in launch's terminal reaches its whole process group: the learner saves a step checkpoint and an
+    "interrupted" summary with each actor's transitions (as `train` does), and launch leaves no process behind."""
+    run = tmp_path / "run"
+    launch = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "launch", f"run_dir={run}",
+                               "distributed.n_actors=2", *common(domain, 100_000)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: checkpoint_step(run) >= 100, 180)
+        os.killpg(launch.pid, signal.SIGINT)
+        out, _ = launch.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launch.pid, signal.SIGKILL)
+        stop(launch)
+    assert launch.returncode == 130, out[-3000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "interrupted" and checkpoint_step(run) == s["env_steps"] > 100, out[-3000:]
+    assert len(s["actors"]) == 2 and all(a["transitions"] > 0 and a["lost"] == 0 for a in s["actors"].values())
+    assert not subprocess.run(["pgrep", "-f", f"run_dir={run}"], capture_output=True).stdout
+
+
 @contextmanager
 def listening_as_learner(domain: int, plane: list[str]) -> Iterator[Callable[[float], list]]:
     """`poll(timeout_s)` of transitions taken where the learner takes them (on Zenoh: its endpoint, free since it
