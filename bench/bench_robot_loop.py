@@ -174,14 +174,69 @@ class Cell:
         ]
 
 
-def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...], operator: str,
-               at: Cell) -> dict:  # fmt: skip
-    state_path = work / "state.json"
-    # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
-    fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
-    state = json.loads(state_path.read_text()) if state_path.exists() else fresh
+class Stages:
+    """The work folder's state (`state.json`: its ROS domain, each stage's robot and wall seconds) and a stage runner
+    that serves the cell's sim robot for the stage and counts its simulated seconds."""
+
+    def __init__(self, work: Path, task: str, at: Cell) -> None:
+        self.work, self.task, self.at, self.path = work, task, at, work / "state.json"
+        # The domain stays with the work dir: a resumed run keeps its robot config (only loop.* may change).
+        fresh = {"robot_s": {}, "wall_s": {}, "domain": random.randint(100, 200)}
+        self.state = json.loads(self.path.read_text()) if self.path.exists() else fresh
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.state, indent=1))
+
+    def run(self, name: str, fn) -> None:
+        sim = SimRobot(self.state["domain"], self.task, self.at.robot, self.at.realtime, self.work / "sim-robot.log")
+        t = time.perf_counter()
+        try:
+            fn(sim.domain)
+        finally:
+            self.state["robot_s"][name] = self.state["robot_s"].get(name, 0.0) + sim.stop()
+            self.state["wall_s"][name] = self.state["wall_s"].get(name, 0.0) + time.perf_counter() - t
+            self.save()
+
+
+def demos_and_classifier(stages: Stages, task: Task, quick: bool) -> tuple[Path, Path, dict]:
+    """The simulated operator's labelled demos and the classifier trained on them, each made once and reused while
+    its parameters hold: (store, classifier, the parameters the runs record as theirs)."""
+    work, at = stages.work, stages.at
     n_demos, hold, wander = task.quick_demos if quick else task.demos
     clf_steps = 100 if quick else task.classifier_steps
+    store, clf = work / "demos.zarr", work / "classifier.safetensors"
+    # The demos in the cell's limits too (`robot.x=y` as `--robot-set x=y`), so their motion is what training steps.
+    cell = [kv.removeprefix("robot.") for kv in task.robot]
+    cell_sets = [a for kv in (*at.sets(), *cell) for a in ("--robot-set", kv)]
+
+    def collect(domain: int) -> None:
+        cli("collect", str(store), "--task", task.name, "--robot", at.robot, "--domain",
+            str(domain), *cell_sets, "-n", str(n_demos), "--teleop", "simulated",
+            "--label-frames", str(hold), "--obs", "pixels", "--wander", str(wander), "--no-fsync",
+            *(["--resume"] if store.exists() else []))  # fmt: skip
+
+    # Demos and runs resume across calls, so their parameters are recorded when they start; the classifier's once
+    # it is trained. Each stage's include those it was made from.
+    demos = {"task": task.name, "demos": n_demos, "label_frames": hold, "wander": wander, "cell": cell}
+    reusable(store, demos, "the demos")
+    if not (store / "commit.json").exists() or stored_episodes(store) < n_demos:
+        record(store, demos)
+        stages.run("demos", collect)
+    learned = {"demos": demos, "classifier_steps": clf_steps}
+    if not (reusable(clf, learned, "the classifier") and (work / "classifier.json").exists()):
+        t = time.perf_counter()
+        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", str(clf_steps)))
+        (work / "classifier.json").write_text(json.dumps(report, indent=1))
+        record(clf, learned)
+        stages.state["wall_s"]["classifier"] = time.perf_counter() - t
+        stages.save()
+    return store, clf, learned
+
+
+def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple[int, ...], operator: str,
+               at: Cell) -> dict:  # fmt: skip
+    stages = Stages(work, task.name, at)
+    state = stages.state
     steps = int(task.goal_minutes * 60 * HZ)
     short = ["loop.env_steps=60", "loop.eval_every=30", "loop.eval_episodes=1", "loop.final_eval_episodes=2",
              "loop.confirm_episodes=2"]  # fmt: skip
@@ -191,17 +246,6 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
         f"loop.final_eval_episodes={20 if task.name == 'pick_cube' else 10}", f"loop.stop_at_success={task.goal}",
         f"loop.checkpoint_every={every}",
     ]  # fmt: skip
-    store, clf = work / "demos.zarr", work / "classifier.safetensors"
-
-    def stage(name: str, fn) -> None:
-        sim = SimRobot(state["domain"], task.name, at.robot, at.realtime, work / "sim-robot.log")
-        t = time.perf_counter()
-        try:
-            fn(sim.domain)
-        finally:
-            state["robot_s"][name] = state["robot_s"].get(name, 0.0) + sim.stop()
-            state["wall_s"][name] = state["wall_s"].get(name, 0.0) + time.perf_counter() - t
-            state_path.write_text(json.dumps(state, indent=1))
 
     def robot_args(domain: int, seed: int) -> list[str]:
         return [
@@ -217,17 +261,8 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
             *task.robot,
         ]
 
-    # The demos in the cell's limits too (`robot.x=y` as `--robot-set x=y`), so their motion is what training steps.
-    cell = [kv.removeprefix("robot.") for kv in task.robot]
-    cell_sets = [a for kv in (*at.sets(), *cell) for a in ("--robot-set", kv)]
-
-    def collect(domain: int) -> None:
-        cli("collect", str(store), "--task", task.name, "--robot", at.robot, "--domain",
-            str(domain), *cell_sets, "-n", str(n_demos), "--teleop", "simulated",
-            "--label-frames", str(hold), "--obs", "pixels", "--wander", str(wander), "--no-fsync",
-            *(["--resume"] if store.exists() else []))  # fmt: skip
-
     deadline = time.monotonic() + 60.0 * minutes
+    store, clf, learned = demos_and_classifier(stages, task, quick)
 
     def train(domain: int, seed: int, *extra: str) -> None:
         # loop.max_minutes counts the run's earlier sessions (as far as its last checkpoint): what is left here is
@@ -246,21 +281,6 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
             f"intervention.operator={operator}", "intervention.trigger=no_progress", "intervention.patience=5",
             "loop.eval_at_start=true", budget, *extra)  # fmt: skip
 
-    # Demos and runs resume across calls, so their parameters are recorded when they start; the classifier's once
-    # it is trained. Each stage's include those it was made from.
-    demos = {"task": task.name, "demos": n_demos, "label_frames": hold, "wander": wander, "cell": cell}
-    reusable(store, demos, "the demos")
-    if not (store / "commit.json").exists() or stored_episodes(store) < n_demos:
-        record(store, demos)
-        stage("demos", collect)
-    learned = {"demos": demos, "classifier_steps": clf_steps}
-    if not (reusable(clf, learned, "the classifier") and (work / "classifier.json").exists()):
-        t = time.perf_counter()
-        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", str(clf_steps)))
-        (work / "classifier.json").write_text(json.dumps(report, indent=1))
-        record(clf, learned)
-        state["wall_s"]["classifier"] = time.perf_counter() - t
-        state_path.write_text(json.dumps(state, indent=1))
     faults = state.setdefault("faults", [])
     for seed in seeds:  # one session per seed and call, each its share of the call's budget (`train`)
         # What fixes a run; its budget (loop.*) may change between calls.
@@ -273,13 +293,13 @@ def run_stages(work: Path, task: Task, quick: bool, minutes: float, seeds: tuple
             if deadline - time.monotonic() < 120.0:
                 break
             try:
-                stage("run", lambda d, seed=seed: train(d, seed, *budget))
+                stages.run("run", lambda d, seed=seed: train(d, seed, *budget))
                 break
             except RuntimeError as e:  # a latched safety fault ends the process: resume from the last checkpoint
                 if "SafetyStop" not in str(e) or len(faults) >= 10:
                     raise
                 faults.append(str(e).strip().splitlines()[-1])
-                state_path.write_text(json.dumps(state, indent=1))
+                stages.save()
     return state
 
 

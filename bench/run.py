@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 AREAS = (
     "sim", "learner", "demos", "transport", "real", "dr_transfer", "main_job", "pixel_run", "vla", "maniskill",
     "steering", "steering_runs", "transfer", "robot_loop", "visual_transfer", "sim_to_robot", "fleet",
+    "fleet_robots",
 )  # fmt: skip
 
 
@@ -56,6 +57,8 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
             "robots": args.robots,
             "realtime": args.realtime,
         }
+    if area == "fleet_robots":  # resumable: each call continues the fleets in bench/results/fleet_robots
+        return {"quick": args.quick, "minutes": args.fleet_minutes}
     if area == "sim_to_robot":
         return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
     if area == "demos":
@@ -69,6 +72,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="few repetitions: a smoke run, not numbers to quote")
     p.add_argument("--pixel-minutes", type=float, default=5.0, help="budget of the pixel training loop (0 skips it)")
     p.add_argument("--robot-loop-minutes", type=float, default=40.0, help="robot_loop: training wall clock, this call")
+    p.add_argument("--fleet-minutes", type=float, default=240.0, help="fleet_robots: wall clock of this call")
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
