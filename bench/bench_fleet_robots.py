@@ -17,15 +17,21 @@ are in the table). The speed-up is one robot's minutes over N robots', each seed
 Lockstep: robot time is simulated time, so the 2-core box's speed does not enter it; the stand-ins' own simulated
 seconds (to the end of each run) are reported beside it.
 
+`--realtime`: the cells and the evaluations in real time, the pair (1 and 2 robots) that shows whether lockstep's
+numbers hold when the arms do not wait for the learner: 4000 fleet steps, evaluated once trained (an evaluation
+beside real-time cells would take their cores), in `fleet_robots_realtime/`.
+
 Resumable: each fleet's run and evaluations stay in `bench/results/fleet_robots/n<N>_s<seed>/`; a rerun continues
 an unfinished one (`launch resume=`) under `--minutes` of wall clock per call. Run alone:
-`.venv/bin/python bench/bench_fleet_robots.py [--quick] [--robots 1,2,4] [--seeds 0,1] [--minutes 240]`.
+`.venv/bin/python bench/bench_fleet_robots.py [--quick] [--robots 1,2,4] [--seeds 0,1] [--minutes 240]
+[--realtime]`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,14 +58,18 @@ class Budget:
 
 
 FULL, QUICK = Budget(6000, 250, 10, 40), Budget(120, 60, 1, 2)
+REALTIME = Budget(4000, 250, 10, 40)  # one robot confirmed at 2750 in lockstep (seed 0)
 
 
-def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes: float = 240.0) -> list[dict]:
-    work = HERE / "results" / ("fleet_robots" + ("_quick" if quick else ""))
+def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes: float = 240.0,
+         realtime: bool = False) -> list[dict]:  # fmt: skip
+    """`realtime`: the cells' and the evaluations' sim robots in real time (the pair that checks lockstep's
+    numbers), in a work folder of its own."""
+    work = HERE / "results" / ("fleet_robots" + ("_realtime" if realtime else "") + ("_quick" if quick else ""))
     if quick:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    task, budget = TASKS["pick_cube"], QUICK if quick else FULL
+    task, budget = TASKS["pick_cube"], QUICK if quick else REALTIME if realtime else FULL
     stages = Stages(work, task.name, Cell())
     store, clf, _ = demos_and_classifier(stages, task, quick)
     demos_s = stages.state["robot_s"].get("demos", 0.0)
@@ -67,8 +77,8 @@ def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes
     fleets = [(int(s), int(n)) for s in seeds.split(",") for n in robots.split(",")]
     for seed, n in fleets:
         if time.monotonic() < deadline:
-            run_fleet(work / f"n{n}_s{seed}", n, seed, budget, [f"demos.path={store}", f"reward.classifier_path={clf}"],
-                      deadline)  # fmt: skip
+            shared = [f"demos.path={store}", f"reward.classifier_path={clf}", f"robot.lockstep={not realtime}"]
+            run_fleet(work / f"n{n}_s{seed}", n, seed, budget, shared, deadline, realtime)
     rows = [fleet_row(work / f"n{n}_s{seed}", n, seed, demos_s) for seed, n in fleets]
     for r in rows:  # each seed against its own one-robot fleet
         one = next((o for o in rows if o["seed"] == r["seed"] and o["robots"] == 1), None)
@@ -82,7 +92,7 @@ def launch_args(n: int, seed: int, budget: Budget, shared: list[str], run: Path)
     """`robot-rl launch` of an N-cell fleet in the robot-loop bench's settings (cell limits, buffer, operator)."""
     cells = ",".join(str(FIRST_CELL + 2 * i) for i in range(n))  # ports apart: Fast DDS's per-domain ranges
     return [
-        "launch", "robot=sim", "task=pick_cube", "robot.lockstep=true", "obs=pixels", "threads=1", f"seed={seed}",
+        "launch", "robot=sim", "task=pick_cube", "obs=pixels", "threads=1", f"seed={seed}",
         f"distributed.cell_domains=[{cells}]", "distributed.standins=true", "loop.buffer_capacity=4000",
         *TASKS["pick_cube"].robot, *shared, "reward.source=classifier", "intervention.device=simulated",
         "intervention.operator=person", "intervention.trigger=no_progress", "intervention.patience=5",
@@ -91,9 +101,10 @@ def launch_args(n: int, seed: int, budget: Budget, shared: list[str], run: Path)
     ]  # fmt: skip
 
 
-def run_fleet(folder: Path, n: int, seed: int, budget: Budget, shared: list[str], deadline: float) -> None:
-    """Trains the fleet and evaluates its checkpoints as they appear until one is confirmed, its budget is spent or
-    the call's wall clock is; an unfinished run resumes."""
+def run_fleet(folder: Path, n: int, seed: int, budget: Budget, shared: list[str], deadline: float,
+              realtime: bool) -> None:  # fmt: skip
+    """Trains the fleet and evaluates its checkpoints as they appear (in real time: once it has trained) until one
+    is confirmed, its budget is spent or the call's wall clock is; an unfinished run resumes."""
     run, evals = folder / "run", Evals(folder / "evals.jsonl", seed)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     if evals.confirmed() or summary.get("status") == "finished" and not evals.todo(run):
@@ -106,8 +117,10 @@ def run_fleet(folder: Path, n: int, seed: int, budget: Budget, shared: list[str]
         try:
             while not evals.confirmed() and time.monotonic() < deadline:
                 ended = launch.poll() is not None
-                for step in evals.todo(run):
-                    evals.evaluate(run / "checkpoints" / f"step_{step:08d}", step, budget, folder / "eval-robot.log")
+                # In real time the cells do not wait: an evaluation beside them would take their cores.
+                for step in evals.todo(run) if ended or not realtime else []:
+                    ckpt = run / "checkpoints" / f"step_{step:08d}"
+                    evals.evaluate(ckpt, step, budget, folder / "eval-robot.log", realtime)
                     if evals.confirmed():
                         break
                 if ended:
@@ -154,13 +167,13 @@ class Evals:
         saved = (int(p.name.removeprefix("step_")) for p in (run / "checkpoints").glob("step_*"))
         return sorted(s for s in saved if s <= last and s not in done)
 
-    def evaluate(self, ckpt: Path, step: int, budget: Budget, log: Path) -> None:
-        e = deploy(ckpt, budget.episodes, self.seed, log)
+    def evaluate(self, ckpt: Path, step: int, budget: Budget, log: Path, realtime: bool) -> None:
+        e = deploy(ckpt, budget.episodes, self.seed, log, realtime)
         self.add({"env_steps": step, "confirm": False, **e})
         scored = e["episodes"] - e["aborted_episodes"]
         if e["success_rate"] >= GOAL and scored >= e["aborted_episodes"]:
             k = sum(1 for x in self.entries if x["confirm"])
-            fresh = deploy(ckpt, budget.confirm, self.seed + 5_000_000 + 100_000 * k, log)
+            fresh = deploy(ckpt, budget.confirm, self.seed + 5_000_000 + 100_000 * k, log, realtime)
             self.add({"env_steps": step, "confirm": True, **fresh})
 
     def add(self, entry: dict) -> None:
@@ -169,11 +182,11 @@ class Evals:
             f.write(json.dumps(entry) + "\n")
 
 
-def deploy(ckpt: Path, episodes: int, first_seed: int, log: Path) -> dict:
-    """`robot-rl deploy` of `ckpt` on a lockstep sim robot of its own, in the training cells' limits: success (by
-    the sim robot's success topic), episodes, aborted, and the robot seconds the evaluation took."""
-    sim = SimRobot(EVAL_DOMAIN, "pick_cube", "sim", False, log)
-    cell = ("lockstep=true", *(kv.removeprefix("robot.") for kv in TASKS["pick_cube"].robot))
+def deploy(ckpt: Path, episodes: int, first_seed: int, log: Path, realtime: bool) -> dict:
+    """`robot-rl deploy` of `ckpt` on a sim robot of its own, in the training cells' limits: success (by the sim
+    robot's success topic), episodes, aborted, and the robot seconds the evaluation took."""
+    sim = SimRobot(EVAL_DOMAIN, "pick_cube", "sim", realtime, log)
+    cell = (f"lockstep={not realtime}", *(kv.removeprefix("robot.") for kv in TASKS["pick_cube"].robot))
     sets = [a for kv in cell for a in ("--robot-set", kv)]
     try:
         out = cli("deploy", str(ckpt), "--robot", "sim", "--domain", str(EVAL_DOMAIN), *sets, "--episodes",
@@ -206,7 +219,7 @@ def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
     sent = [a["transitions"] for a in actors.values()]
     shares = [a / max(1, sum(sent)) for a in sent]
     log = (folder / "launch.log").read_text() if (folder / "launch.log").exists() else ""
-    standins_s = sum(float(x.split(", ")[1].split(" s ")[0]) for x in log.splitlines() if "(lockstep) stopped" in x)
+    standins_s = sum(simulated_s(x) for x in log.splitlines())
     return {
         "bench": f"fleet robot time: {n} sim robot{'s' if n > 1 else ''}, seed {seed}",
         "robots": n, "seed": seed,
@@ -226,6 +239,14 @@ def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
     }  # fmt: skip
 
 
+def simulated_s(line: str) -> float:
+    """The seconds a sim robot's closing log line says it ran (0 for any other line)."""
+    if m := re.search(r"stopped after (\d+) ticks, ([\d.]+) s simulated", line):  # lockstep
+        return float(m.group(2))
+    m = re.search(r"sim robot stopped after (\d+) ticks", line)  # real time: 100 Hz physics
+    return int(m.group(1)) / 100.0 if m else 0.0
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -234,6 +255,7 @@ if __name__ == "__main__":
     p.add_argument("--robots", default="1,2,4", help="comma list of fleet sizes")
     p.add_argument("--seeds", default="0,1", help="comma list of training seeds")
     p.add_argument("--minutes", type=float, default=240.0, help="wall-clock budget of this call")
+    p.add_argument("--realtime", action="store_true", help="the sim robots in real time, not lockstep")
     ns = p.parse_args()
-    for row in main(ns.quick, ns.robots, ns.seeds, ns.minutes):
+    for row in main(ns.quick, ns.robots, ns.seeds, ns.minutes, ns.realtime):
         print({k: v for k, v in row.items() if k != "curve"})

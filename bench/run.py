@@ -58,7 +58,13 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
             "realtime": args.realtime,
         }
     if area == "fleet_robots":  # resumable: each call continues the fleets in bench/results/fleet_robots
-        return {"quick": args.quick, "minutes": args.fleet_minutes}
+        return {
+            "quick": args.quick,
+            "minutes": args.fleet_minutes,
+            "robots": args.fleet_robots,
+            "seeds": args.fleet_seeds,
+            "realtime": args.realtime,
+        }
     if area == "sim_to_robot":
         return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
     if area == "demos":
@@ -73,12 +79,14 @@ def main() -> int:
     p.add_argument("--pixel-minutes", type=float, default=5.0, help="budget of the pixel training loop (0 skips it)")
     p.add_argument("--robot-loop-minutes", type=float, default=40.0, help="robot_loop: training wall clock, this call")
     p.add_argument("--fleet-minutes", type=float, default=240.0, help="fleet_robots: wall clock of this call")
+    p.add_argument("--fleet-robots", default="1,2,4", help="fleet_robots: comma list of fleet sizes")
+    p.add_argument("--fleet-seeds", default="0,1", help="fleet_robots: comma list of training seeds")
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--operator", default="person", help="robot_loop: person | oracle (the simulator's truth)")
     p.add_argument("--robots", default="sim", help="robot_loop: comma list of sim | ur5e (the UR driver's stand-in)")
-    p.add_argument("--realtime", action="store_true", help="robot_loop: the sim robot in real time, not lockstep")
+    p.add_argument("--realtime", action="store_true", help="robot_loop, fleet_robots: sim robots in real time")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--tag", default="", help="the short tag of the run files' names (default: quick or full)")
     args = p.parse_args()
