@@ -1,7 +1,8 @@
 """`robot-rl launch`: one learner and N actors as separate processes on this machine, supervised.
 
 A dead actor is restarted (it rejoins as a new stream); a learner that dies abnormally is restarted with
-`resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch.
+`resume=` from its last checkpoint while the actors keep acting; a learner that finishes ends the launch. Ctrl-C
+stops the learner first (it saves a checkpoint and an "interrupted" summary), then the rest.
 On the Zenoh plane (the default) the learner listens on a free loopback port unless `distributed.zenoh.endpoint`
 is given. For several machines run `robot-rl learner` and `robot-rl actor --index i` yourself, the actors given the
 learner's endpoint and run id (`distributed.plane=ros2`: on one ROS domain).
