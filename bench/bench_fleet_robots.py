@@ -70,7 +70,7 @@ def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     task, budget = TASKS["pick_cube"], QUICK if quick else REALTIME if realtime else FULL
-    stages = Stages(work, task.name, Cell())
+    stages = Stages(work, task.name, Cell(realtime=realtime))  # the demos on the fleet's kind of robot
     store, clf, _ = demos_and_classifier(stages, task, quick)
     demos_s = stages.state["robot_s"].get("demos", 0.0)
     deadline = time.monotonic() + 60.0 * minutes
