@@ -201,7 +201,8 @@ def deploy(ckpt: Path, episodes: int, first_seed: int, log: Path, realtime: bool
 def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
     """One fleet: its first crossing and confirmed point in robot minutes per robot, what it cost in all, and
     whether any transition was lost."""
-    evals = Evals(folder / "evals.jsonl", seed).entries
+    history = Evals(folder / "evals.jsonl", seed)
+    evals = history.entries
     summary_path = folder / "run" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     actors = summary.get("actors", {})
@@ -215,7 +216,7 @@ def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
         return arm_s / 60.0 / n
 
     crossing = next((e for e in evals if not e["confirm"] and e["success_rate"] >= GOAL), None)
-    confirmed = next((e for e in evals if e["confirm"] and e["success_rate"] >= GOAL), None)
+    confirmed = history.confirmed()
     sent = [a["transitions"] for a in actors.values()]
     shares = [a / max(1, sum(sent)) for a in sent]
     log = (folder / "launch.log").read_text() if (folder / "launch.log").exists() else ""
