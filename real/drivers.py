@@ -14,6 +14,7 @@ failure; any other (a fault, a protective stop, a halted servo) aborts the episo
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
 import threading
@@ -49,7 +50,10 @@ def rcl_qos(latched: bool = False, reliable: bool = True, depth: int | None = No
 
 class RclNode:
     """A plain rclpy node in a context of its own, spun by a thread: the drivers' services and actions are not our
-    transport's. Two executor threads: an action's execute callback waits in one while the other serves."""
+    transport's. Two executor threads: an action's execute callback waits in one while the other serves.
+
+    Closed at exit if not before: one still spinning when the interpreter ends aborts the process ("terminate called
+    without an active exception", 29 exits of 30 with two busy cores), whatever exit code it was ending with."""
 
     def __init__(self, name: str, cfg: RobotConfig) -> None:
         import rclpy
@@ -63,6 +67,7 @@ class RclNode:
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
+        atexit.register(self.close)
 
     def _spin(self) -> None:
         while self.context.ok():
@@ -75,6 +80,7 @@ class RclNode:
             time.sleep(0.0005)
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         self.context.try_shutdown()
         self._thread.join(timeout=2.0)
         self.executor.shutdown()

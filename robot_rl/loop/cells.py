@@ -44,6 +44,7 @@ class Cell:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
+        self._open = True
 
     def layouts(self) -> dict[str, ObsLayout]:
         """What the env observes ("env": what demos store and a robot provides) and what the agent's policy reads
@@ -54,7 +55,12 @@ class Cell:
         """Where success has no other judge, the run's classifier judges the evaluations."""
 
     def close(self) -> None:
-        """Release what the cell holds beyond its envs (a robot run's session recording)."""
+        """Release the cell's envs: a robot's rclpy node left spinning aborts the process at exit (a C++ thread
+        still joinable). A second call does nothing."""
+        envs, self._open = self.scenes().values() if self._open else (), False
+        for env in envs:
+            if env is not None:
+                env.close()
 
     def scenes(self) -> dict[str, gym.Env]:
         """The envs one evaluation runs, by the prefix of its log entries; the last one is what the run is judged by."""
@@ -150,8 +156,9 @@ class RobotCell(Cell):
             self.recorder = SessionRecorder(self.arm.unwrapped.tx, cfg.robot, unused_name(Path(cfg.record)))
 
     def close(self) -> None:
-        if self.recorder is not None:
-            self.recorder.close()
+        if self.recorder is not None and self._open:
+            self.recorder.close()  # before the arm's transport it records from
+        super().close()
 
     def layouts(self) -> dict[str, ObsLayout]:
         """From the robot config: no arm needed (a learner node has none)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import closing
 from typing import Any
 
 from robot_rl.algos import reward_classifier
@@ -69,7 +70,8 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     steps = 0
     # frozen_heap: a full collection of the start-up's heap holds the GIL for a control period or more (deploy's);
     # one torch thread: batch-1 inference beside a learner on the same cores (real/timing.py).
-    with actor_link(cfg, index, actor_id) as link, frozen_heap(), one_inference_thread():
+    # closing(env): a robot's rclpy node left spinning aborts the process at exit.
+    with closing(env), actor_link(cfg, index, actor_id) as link, frozen_heap(), one_inference_thread():
         sender, weights = link.sender, link.weights
         fresh = None
         # Acting on random weights, or before the learner's bulk endpoint took our connection, would be thrown away.

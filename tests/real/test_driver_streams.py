@@ -5,6 +5,8 @@ tool0_controller), and frame ids that do not match the robot config."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -203,3 +205,16 @@ def test_a_stream_in_another_frame_than_the_config_says_stops_the_run_in_one_lin
     assert "/robot_rl/ee_wrench is in frame 'tool0_controller', the robot config expects 'world'" in str(e.value)
     with pytest.raises(ValueError, match="wrench_frame must be one of"):
         robot(domain, "wrench_frame=tool0")
+
+
+def test_a_driver_node_left_open_keeps_the_exit_code_of_its_process(domain: int) -> None:
+    """A link's rclpy node still spinning when the interpreter ended aborted the process (-6, "terminate called
+    without an active exception"; 9 exits of 10 beside two busy cores), hiding the code a run ended with."""
+    code = (
+        "import sys, time; from robot_rl.real.config import load_robot_config; from robot_rl.real.drivers import "
+        f"RclNode; n = RclNode('left_open', load_robot_config('ur5e', ['domain_id={domain}'])); time.sleep(0.3); "
+        "sys.exit(3)"
+    )
+    for _ in range(3):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 3, p.stderr[-2000:]

@@ -33,7 +33,8 @@ def test_a_learner_stall_leaves_the_control_rate_intact_and_evaluations_wait_for
 ) -> None:
     steps: list[tuple[str, int, float]] = []  # (thread, step of its episode, the robot's stamp of the new state)
     stalls: list[tuple[float, float]] = []
-    robot_step, learner_update = RobotEnv.step, Learner.update
+    robot_step, robot_close, learner_update = RobotEnv.step, RobotEnv.close, Learner.update
+    closed: list[RobotEnv] = []
 
     def step(self: RobotEnv, action: np.ndarray) -> tuple:
         out = robot_step(self, action)
@@ -48,7 +49,12 @@ def test_a_learner_stall_leaves_the_control_rate_intact_and_evaluations_wait_for
             stalls.append((start, time.time()))
         learner_update(self)
 
+    def close(self: RobotEnv) -> None:
+        closed.append(self)
+        robot_close(self)
+
     monkeypatch.setattr(RobotEnv, "step", step)
+    monkeypatch.setattr(RobotEnv, "close", close)
     monkeypatch.setattr(Learner, "update", update)
     sim = spawn("sim-robot", "--domain", str(domain))
     try:
@@ -61,6 +67,7 @@ def test_a_learner_stall_leaves_the_control_rate_intact_and_evaluations_wait_for
     finally:
         stop(sim)
     assert summary["status"] == "finished" and summary["env_steps"] == 60 and len(stalls) == 1
+    assert len(closed) == 1  # the arm released: a driver's rclpy node left spinning aborts the process at exit
     # No episode ended on a hold: the robot's watchdog never saw the stall.
     assert summary["control"]["aborted_episodes"] == 0, summary["control"]
     # Step to step, on the robot's own stamps, within each episode: the control period, through the stall too.
