@@ -133,6 +133,10 @@ class DistributedConfig:
     # continue (act on the last weights) | hold (stop stepping until it returns; always on a robot: the arm holds)
     on_learner_loss: str = "continue"
     control_hz: float = 0.0  # actor loop rate; 0 = as fast as the env steps (sim), 10-50 on a robot
+    # A learner of real-time robots trains at most this long before it takes in the transitions waiting: a slow
+    # learner lowers its replay ratio (summary.json's `replay_ratio`) rather than holding the arms' data back.
+    # Lockstep robots and sims wait for its weights instead (`steps_per_version`): it trains to sac.utd first.
+    ingest_every_s: float = 0.1
 
     @property
     def steps_per_version(self) -> int:

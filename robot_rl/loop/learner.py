@@ -6,6 +6,7 @@ every correction, the online side keeps the true state distribution.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 
@@ -58,6 +59,11 @@ class Learner:
         """Rate limit: one update call (utd critic steps) per env step past `learning_starts`."""
         return max(0, self.env_steps - self.learning_starts) - self.updates
 
+    @property
+    def replay_ratio(self) -> float:
+        """Critic updates per transition past `learning_starts`: `utd` where the learner kept up with its actors."""
+        return self.updates * self.algo.cfg.utd / max(1, self.env_steps - self.learning_starts)
+
     def update(self) -> None:
         """`utd` critic steps and one actor step (none in the first `critic_warmup` updates, run eagerly); nothing
         here waits for the device (batches are sampled on it, stats stay there until `last_stats` reads them)."""
@@ -79,6 +85,15 @@ class Learner:
     def train_to_rate_limit(self) -> None:
         while self.updates_due > 0:
             self.update()
+
+    def train_for(self, seconds: float) -> None:
+        """The updates due, for about `seconds` (at least one): a learner behind its robots takes in their
+        transitions between slices instead of holding them back, and its replay ratio falls below `utd` meanwhile."""
+        until = time.monotonic() + seconds
+        while self.updates_due > 0:
+            self.update()
+            if time.monotonic() >= until:
+                return
 
     def policy_weights(self) -> dict[str, torch.Tensor]:
         """Host copy of what actors run, each tensor its own storage (safetensors refuses shared ones). From a GPU

@@ -222,7 +222,7 @@ class TrainingRun:
             "env_steps": learner.env_steps,
             "sim_steps": learner.sim_steps,
             "updates": learner.updates,
-            "critic_updates": learner.updates * cfg.sac.utd,
+            "critic_updates": learner.updates * cfg.sac.utd, "replay_ratio": round(learner.replay_ratio, 3),
             "wall_clock_s": round(self.state.wall_clock_s, 2),
             "startup_s": round(self.state.startup_s, 2),
             "intervention_rate": stats.intervened_steps / max(stats.steps, 1),

@@ -36,17 +36,25 @@ def run_learner(cfg: TrainConfig) -> Path:
 
 
 def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats) -> None:
-    """Until the run is done: each actor's transitions into the learner at its UTD, weights out between."""
-    learner, transitions, weights = run.learner, link.transitions, link.weights
+    """Until the run is done: each actor's transitions into the learner at its UTD, weights out between. With
+    real-time robots the transitions waiting are taken in at least every `ingest_every_s`, trained on or not."""
+    cfg, learner, transitions, weights = run.cfg, run.learner, link.transitions, link.weights
+    slice_s = cfg.distributed.ingest_every_s if cfg.robot is not None and not cfg.robot.lockstep else None
     weights.publish(learner.policy_weights(), learner.updates)
     published = learner.updates
-    while not run.done:
-        received = transitions.poll_batches(timeout_s=0.01)
-        if not received and learner.updates > published:
-            # Out of data: actors wait for a fresher policy (they step at most `steps_per_version` per
-            # version), e.g. after one of them died, so hand it out now instead of every `publish_every`.
+
+    def publish(idle: bool = False) -> None:
+        nonlocal published
+        if learner.updates - published >= cfg.distributed.publish_every or (idle and learner.updates > published):
             weights.publish(learner.policy_weights(), learner.updates)
             published = learner.updates
+
+    while not run.done:
+        received = transitions.poll_batches(timeout_s=0.0 if learner.updates_due else 0.01)
+        if not received and not learner.updates_due:
+            # Out of data: actors wait for a fresher policy (they step at most `steps_per_version` per
+            # version), e.g. after one of them died, so hand it out now instead of every `publish_every`.
+            publish(idle=True)
         for actor_id, batch in received:
             for t in batch:
                 if run.done:
@@ -54,11 +62,13 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats) -> None:
                 learner.add(t, stream=actor_id)
                 stats.steps += 1
                 stats.intervened_steps += int(t.intervened)
-                learner.train_to_rate_limit()
-                if learner.updates - published >= run.cfg.distributed.publish_every:
-                    weights.publish(learner.policy_weights(), learner.updates)
-                    published = learner.updates
+                if slice_s is None:
+                    learner.train_to_rate_limit()
+                    publish()
                 run.after_step(stats)
+        if slice_s is not None and not run.done:
+            learner.train_for(slice_s)
+            publish()
         for e in link.episodes():
             stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
 
