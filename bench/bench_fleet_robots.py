@@ -107,16 +107,17 @@ def run_fleet(folder: Path, n: int, seed: int, budget: Budget, shared: list[str]
     is confirmed, its budget is spent or the call's wall clock is; an unfinished run resumes."""
     run, evals = folder / "run", Evals(folder / "evals.jsonl", seed)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
-    if evals.confirmed() or summary.get("status") == "finished" and not evals.todo(run):
+    finished = summary.get("status") == "finished"  # its budget spent: only checkpoints left to evaluate
+    if evals.confirmed() or finished and not evals.todo(run):
         return
     folder.mkdir(parents=True, exist_ok=True)
     args = ["launch", f"resume={run}"] if (run / "config.yaml").exists() else launch_args(n, seed, budget, shared, run)
     with (folder / "launch.log").open("a") as log:
-        launch = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)  # fmt: skip
+        launch = None if finished else subprocess.Popen([sys.executable, "-m", "robot_rl.cli", *args], stdout=log,
+                                                        stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
             while not evals.confirmed() and time.monotonic() < deadline:
-                ended = launch.poll() is not None
+                ended = launch is None or launch.poll() is not None
                 # In real time the cells do not wait: an evaluation beside them would take their cores.
                 for step in evals.todo(run) if ended or not realtime else []:
                     ckpt = run / "checkpoints" / f"step_{step:08d}"
@@ -127,7 +128,8 @@ def run_fleet(folder: Path, n: int, seed: int, budget: Budget, shared: list[str]
                     break
                 time.sleep(2.0)
         finally:
-            stop_fleet(launch)
+            if launch is not None:
+                stop_fleet(launch)
 
 
 def stop_fleet(launch: subprocess.Popen) -> None:
