@@ -51,7 +51,22 @@ _JOINT_STATE_HZ = 30.0  # franka.launch.py joint_state_rate
 _GRIPPER_STATE_HZ = 15.0  # franka_gripper_node.yaml state_publish_rate
 _FINGER_OPEN = 0.04  # metres per finger: the sim's and franka_gripper's open position
 ERROR_WAIT_S = 0.2  # for libfranka's error text after the hardware went inactive (`FrankaLink.poll`)
-_ERROR = re.compile(r'motion aborted by reflex! \["([a-z_]+)"')
+_ERROR = re.compile(r"libfranka: (?P<text>[^\[]*?)\s*(?:\[(?P<errors>[^\]]*)\])?\s*$")
+# libfranka's Errors that a policy's commands cause (contact, limits, speed): its safety failure. Any other, as
+# communication_constraints_violation (the control PC's timing, lab logs show it with the arm standing still), is a
+# fault: the episode is re-run.
+_POLICY_ERRORS = re.compile(r"_reflex$|_limits_violation$|^(joint|cartesian)_velocity_violation$|"
+                            r"^self_collision_avoidance_violation$|^tau_j_range_violation$")  # fmt: skip
+
+
+def libfranka_hold(log: str) -> str | None:
+    """The hold a libfranka error logged by the hardware interface means: "reflex: <errors>" when every Error it
+    names is the policy's doing, else "fault: <errors or text>"; None for a line that is not libfranka's error."""
+    if (found := _ERROR.search(log)) is None:
+        return None
+    errors = re.findall(r"[a-z_]+", found["errors"] or "")
+    policy = bool(errors) and all(_POLICY_ERRORS.search(e) for e in errors)
+    return f"{'reflex' if policy else 'fault'}: {', '.join(errors) or found['text']}"
 
 
 def _libfranka_text(error: str) -> str:
@@ -264,7 +279,7 @@ class FrankaLink(DriverLink):
         n = self.ros.node
         self.hardware: bool | None = None  # None: no activity heard yet
         self.inactive: list[str] = []
-        self.error: str | None = None
+        self.error: str | None = None  # libfranka's, as a hold (`libfranka_hold`)
         self.mode: int | None = None
         self._awaited = False  # this deactivation's error text waited for
         n.create_subscription(ControllerManagerActivity, "controller_manager/activity", self._on_activity,
@@ -284,8 +299,8 @@ class FrankaLink(DriverLink):
                          and c.state.id != ACTIVE]  # fmt: skip
 
     def _on_log(self, m: Any) -> None:
-        if m.name == HARDWARE and (found := _ERROR.search(m.msg)):
-            self.error = found.group(1)
+        if m.name == HARDWARE and (hold := libfranka_hold(m.msg)) is not None:
+            self.error = hold
 
     def _on_state(self, m: Any) -> None:
         self.mode = m.robot_mode
@@ -296,7 +311,7 @@ class FrankaLink(DriverLink):
         if self.hardware is False and self.error is None:
             self._await_error()
         if self.error is not None:
-            return f"{'reflex' if self.error.endswith('_reflex') else 'fault'}: {self.error}"
+            return self.error
         if self.hardware is False:
             return "fault: hardware inactive"
         if self.hardware and self.inactive:

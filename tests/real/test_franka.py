@@ -21,7 +21,7 @@ from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import make_env
 from robot_rl.loop.actor import Actor
 from robot_rl.real.config import RobotConfig, load_robot_config, proprio_layout
-from robot_rl.real.franka import HARDWARE, FrankaLink, _libfranka_text, _named_state
+from robot_rl.real.franka import HARDWARE, FrankaLink, _libfranka_text, _named_state, libfranka_hold
 from robot_rl.real.robot import RobotEnv, RobotHold, SafetyStop, StaleDataError
 from robot_rl.sim.config import EnvConfig
 from robot_rl.types import EpisodeAborted, ObsLayout
@@ -257,6 +257,23 @@ def test_a_reflex_heard_after_the_deactivation_is_still_a_reflex(domain: int) ->
             assert link.poll() == "fault: hardware inactive"
     finally:
         link.close()
+
+
+@pytest.mark.parametrize(("log", "hold"), [
+    ('["cartesian_reflex"]', "reflex: cartesian_reflex"),
+    ('["joint_velocity_violation", "joint_motion_generator_velocity_limits_violation"]',
+     "reflex: joint_velocity_violation, joint_motion_generator_velocity_limits_violation"),
+    ("[communication_constraints_violation]", "fault: communication_constraints_violation"),
+    ('["joint_velocity_violation", "communication_constraints_violation"]',
+     "fault: joint_velocity_violation, communication_constraints_violation"),
+])  # fmt: skip
+def test_libfrankas_errors_are_the_policys_reflex_only_when_every_one_is_its_doing(log: str, hold: str) -> None:
+    """As lab logs show libfranka's aborted moves (quoted or not, one Error or several): contact, limits and speed
+    are the policy's; the control PC's timing is not, alone or beside them."""
+    assert libfranka_hold(f"libfranka: Move command aborted: motion aborted by reflex! {log}") == hold
+    rejected = "libfranka: Move command rejected: command not possible in the current mode!"
+    assert libfranka_hold(rejected) == "fault: Move command rejected: command not possible in the current mode!"
+    assert libfranka_hold("Deactivating following hardware components ...: [ FrankaHardwareInterface ]") is None
 
 
 def test_a_driver_fault_aborts_the_episode_and_the_next_reset_recovers_it(cell: RobotConfig, domain: int) -> None:
