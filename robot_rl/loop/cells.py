@@ -57,8 +57,10 @@ class Cell:
     def close(self) -> None:
         """Release the cell's envs: a robot's rclpy node left spinning aborts the process at exit (a C++ thread
         still joinable). A second call does nothing."""
-        envs, self._open = self.scenes().values() if self._open else (), False
-        for env in envs:
+        if not self._open:
+            return
+        self._open = False
+        for env in self.scenes().values():
             if env is not None:
                 env.close()
 

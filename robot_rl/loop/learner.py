@@ -6,6 +6,7 @@ every correction, the online side keeps the true state distribution.
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
@@ -83,8 +84,7 @@ class Learner:
         return dict(zip(self._stats, values, strict=True))
 
     def train_to_rate_limit(self) -> None:
-        while self.updates_due > 0:
-            self.update()
+        self.train_for(math.inf)
 
     def train_for(self, seconds: float) -> None:
         """The updates due, for about `seconds` (at least one): a learner behind its robots takes in their
