@@ -5,10 +5,11 @@ Two sets of cells beside the nominal scene. The validation suite, fixed: each ce
 it); what it shows was looked at while developing, so it is no test set. The fresh test set: `--cells` cells drawn at
 run time from `--cells-seed` (default: drawn now and printed), every factor outside the training ranges at once
 (`robot_rl.sim.cells`, the cells `robot-rl sim-robot --cell random:SEED` serves; in-process, with the sizes of their
-camera moves fixed and the directions drawn per episode, and without their latency and stream jitter). And per
-camera, the nominal scene with that camera's frames blanked: how much the policy leans on it. The checkpoint's own
-training randomisation is dropped, only what shapes its observation kept (`nominal`). Every cell runs the same
-episode seeds,
+camera moves fixed and the directions drawn per episode, and without their latency and stream jitter), then each
+factor family of them alone (`FAMILIES`: cameras, lights, colours, distractors, image pipeline, physics; a family's
+episodes split across the drawn cells), so the table says which factor a policy loses to. And per camera, the
+nominal scene with that camera's frames blanked: how much the policy leans on it. The checkpoint's own training
+randomisation is dropped, only what shapes its observation kept (`nominal`). Every cell runs the same episode seeds,
 and the visual draws never touch the physics draws (sim/randomization.py), so the object starts where it does in the
 nominal cell. The scripted expert runs every cell as a control row (on the policy's late view for the stale frame):
 where it fails, the cell is not solvable as posed. Cells report success with a Wilson 95 % CI and kept = shifted /
@@ -100,33 +101,43 @@ def train(runs: list[Path], preset: str, threads: int, minutes: float, overrides
     return [{k: json.loads((r / "summary.json").read_text())[k] for k in keys} for r in runs]
 
 
-def cell(env_cfg, policy_for, episodes: int, blank: tuple[str, ...] = ()) -> list[bool]:
+def cell(env_cfgs: list, policy_for, episodes: int, blank: tuple[str, ...] = ()) -> list[bool]:
+    """`episodes` rollouts on the episode seeds from `SEED`, split in equal runs across `env_cfgs` (a family's
+    drawn cells), so every cell is paired episode by episode with the nominal one."""
     from robot_rl.envs import make_env
     from robot_rl.evaluation import BlankCameras, rollout
 
-    env = make_env(env_cfg)
-    env = BlankCameras(env, blank) if blank else env
-    try:
-        policy = policy_for(env)
-        return [rollout(env, policy, SEED + ep).success for ep in range(episodes)]
-    finally:
-        env.close()
+    got = []
+    for i, env_cfg in enumerate(env_cfgs):
+        env = make_env(env_cfg)
+        env = BlankCameras(env, blank) if blank else env
+        try:
+            policy = policy_for(env)
+            chunk = range(i * episodes // len(env_cfgs), (i + 1) * episodes // len(env_cfgs))
+            got += [rollout(env, policy, SEED + ep).success for ep in chunk]
+        finally:
+            env.close()
+    return got
 
 
-def cells(base, fresh: list[tuple[str, dict]], stale_view: bool) -> list[tuple[str, str, object, tuple[str, ...]]]:
-    """(suite, shift, randomization, blanked cameras) of every cell for a policy trained with `base` (an EnvConfig):
-    nominal, each camera blanked, the validation suite, the fresh cells; for the stale-view expert, nominal and
+def cells(base, fresh: list[tuple[str, dict]], stale_view: bool) -> list[tuple[str, str, list, tuple[str, ...]]]:
+    """(suite, shift, randomizations, blanked cameras) of every cell for a policy trained with `base` (an
+    EnvConfig): nominal, each camera blanked, the validation suite, the fresh cells whole, then each factor family
+    of the fresh cells alone (the episodes split across the drawn cells); for the stale-view expert, nominal and
     `STALE_VIEW_SHIFTS`."""
-    from robot_rl.sim.cells import cell_randomization
+    from robot_rl.sim.cells import FAMILIES, cell_randomization
 
-    nominal = randomization(base.randomization, {})
-    validation = [("validation", s, randomization(base.randomization, f), ()) for s, f in SHIFTS.items()]
+    nominal = [randomization(base.randomization, {})]
+    validation = [("validation", s, [randomization(base.randomization, f)], ()) for s, f in SHIFTS.items()]
     if stale_view:
         return [("nominal", "nominal", nominal, ()), *(c for c in validation if c[1] in STALE_VIEW_SHIFTS)]
+    families = [("fresh family", f"fresh {family}", [cell_randomization(c, base.randomization, family)
+                 for _, c in fresh], ()) for family in FAMILIES]  # fmt: skip
     return [("nominal", "nominal", nominal, ()),
             *(("blanked", f"blanked {c}", nominal, (c,)) for c in base.cameras),
             *validation,
-            *(("fresh", spec, cell_randomization(c, base.randomization), ()) for spec, c in fresh)]  # fmt: skip
+            *(("fresh", spec, [cell_randomization(c, base.randomization)], ()) for spec, c in fresh),
+            *(families if fresh else [])]  # fmt: skip
 
 
 def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = False,
@@ -143,8 +154,8 @@ def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = Fals
         policy, cfg = checkpoint.policy(), checkpoint.cfg
         base, policy_for = cfg.env, (lambda env: policy)  # noqa: E731
     rows, at_nominal, drawn = [], [], dict(fresh)
-    for suite, shift, rand, blank in cells(base, list(fresh), stale_view):
-        got = cell(dataclasses.replace(base, randomization=rand), policy_for, episodes, blank)
+    for suite, shift, rands, blank in cells(base, list(fresh), stale_view):
+        got = cell([dataclasses.replace(base, randomization=r) for r in rands], policy_for, episodes, blank)
         at_nominal = at_nominal or got
         k = sum(got)
         lo, hi = wilson(k, episodes)
@@ -155,6 +166,8 @@ def measure(name: str, ckpt: Path | None, episodes: int, stale_view: bool = Fals
                      "kept_ci_hi": khi, "per_episode": per_episode(got, SEED)})  # fmt: skip
         if suite == "fresh":
             rows[-1] |= {"cells_seed": cells_seed, "drawn": drawn[shift]}
+        elif suite == "fresh family":
+            rows[-1] |= {"cells_seed": cells_seed, "drawn": list(drawn)}
         print(f"  {name} {shift}: {k}/{episodes} kept {kept:.2f} [{klo:.2f}, {khi:.2f}]", file=sys.stderr, flush=True)
     return rows
 

@@ -36,6 +36,17 @@ NOMINAL_RGB = {"table_rgb": (0.55, 0.45, 0.35), "object_rgb": (0.85, 0.15, 0.15)
 # (channel, sign) moves the cube may take: darker red or towards crimson, so it stays "the red cube" (its green
 # channel up turns it orange, the table's way).
 _OBJECT_MOVES = ((0, -1), (2, 1))
+# What a drawn cell changes, by family (the in-process env's fields; latency and stream jitter stay with the sim
+# robot): `cell_randomization(cell, base, family)` applies one family alone, so a table shows which factor a
+# policy loses to, and "kept in every family" can be read on cells nobody tuned on.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "cameras": ("camera_shift", "hand_camera_shift", "camera_turn", "fovy"),
+    "lights": ("light_intensity", "light_tilt", "light_tint", "extra_lights"),
+    "colours": ("table_rgb", "object_rgb", "robot_rgb", "texture_prob"),
+    "distractors": ("distractors",),
+    "image": ("blur_sigma", "exposure", "white_tint", "noise_std", "jpeg_prob", "jpeg_quality"),
+    "physics": ("friction_scale", "mass_scale"),
+}
 
 
 def preset(name: str) -> RandomizationConfig:
@@ -97,18 +108,23 @@ def draw_cells(n: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     return [(f"random:{s}", draw_cell(s)) for s in (rng.randrange(2**31) for _ in range(n))]
 
 
-def cell_randomization(cell: dict[str, Any], base: RandomizationConfig) -> RandomizationConfig:
+def cell_randomization(
+    cell: dict[str, Any], base: RandomizationConfig, family: str | None = None
+) -> RandomizationConfig:
     """`cell` in the in-process env, for a policy trained with `base` (its observation-shaping fields kept): the
-    visual and physics values fixed, each camera move's size fixed and its direction drawn per episode."""
+    visual and physics values fixed, each camera move's size fixed and its direction drawn per episode. With
+    `family` (a `FAMILIES` key), only that family's factors; the rest nominal."""
     rand = cell["randomization"]
     shift = {cam: float(np.linalg.norm(v)) for cam, v in cell["camera_shift"].items()}
     turn = [float(np.linalg.norm(v)) for v in cell["camera_turn"].values()]
     fovy = list(cell["camera_fovy"].values())
     cameras = {"camera_shift": [shift["front"]] * 2, "hand_camera_shift": [shift["wrist"]] * 2,
                "camera_turn": [min(turn), max(turn)], "fovy": [min(fovy), max(fovy)]}  # fmt: skip
-    visual = VisualConfig(**rand["visual"], **cameras)
-    return nominal(base, friction_scale=tuple(rand["friction_scale"]), mass_scale=tuple(rand["mass_scale"]),
-                   visual=visual)  # fmt: skip
+    fields = {**rand["visual"], **cameras, "friction_scale": rand["friction_scale"], "mass_scale": rand["mass_scale"]}
+    if family is not None:
+        fields = {k: v for k, v in fields.items() if k in FAMILIES[family]}
+    physics = {k: tuple(fields.pop(k)) for k in FAMILIES["physics"] if k in fields}
+    return nominal(base, **physics, visual=VisualConfig(**fields))
 
 
 def _rounded(x: Any) -> Any:

@@ -13,7 +13,8 @@ import yaml
 
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig
-from robot_rl.sim.cells import MARGIN, NOMINAL_RGB, cell_randomization, draw_cell, draw_cells, preset
+from robot_rl.sim.cells import FAMILIES, MARGIN, NOMINAL_RGB, cell_randomization, draw_cell, draw_cells, preset
+from robot_rl.sim.config import nominal
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs/randomization"
 VISUAL = yaml.safe_load((PRESETS / "visual.yaml").read_text())["env"]["randomization"]["visual"]
@@ -131,3 +132,19 @@ def test_the_in_process_form_keeps_every_size_outside() -> None:
     assert v.exposure == tuple(cell["randomization"]["visual"]["exposure"])
     assert rand.friction_scale == tuple(cell["randomization"]["friction_scale"])
     assert rand.action_history == base.action_history  # what shapes the observation is the policy's
+
+
+def _fields(r) -> dict:
+    """A randomisation's fields, its visual ones flattened in."""
+    return {**{k: v for k, v in vars(r).items() if k != "visual"}, **vars(r.visual)}
+
+
+def test_each_family_alone_changes_its_own_factors_and_together_they_are_the_cell() -> None:
+    """Every factor of the in-process form is in exactly one family; a family's cell is nominal elsewhere."""
+    base, cell = preset("visual"), draw_cell(7)
+    plain = _fields(nominal(base))
+    changed = lambda r: {k for k, v in _fields(r).items() if v != plain[k]}  # noqa: E731
+    names = [k for fam in FAMILIES.values() for k in fam]
+    assert len(names) == len(set(names)) and changed(cell_randomization(cell, base)) == set(names)
+    for family, keys in FAMILIES.items():
+        assert changed(cell_randomization(cell, base, family)) == set(keys), family

@@ -15,7 +15,7 @@ import pytest
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
 from robot_rl.sim import EnvConfig
-from robot_rl.sim.cells import draw_cell, draw_cells
+from robot_rl.sim.cells import FAMILIES, draw_cell, draw_cells
 from robot_rl.sim.rendering import gl_available
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -67,11 +67,15 @@ def test_quick_suite_runs_the_expert_through_every_cell(tmp_path: Path) -> None:
     rows = suite.main(quick=True, out=tmp_path, cells_seed=5)
     expert = [r for r in rows if r["policy"] == "expert"]
     fresh = [spec for spec, _ in draw_cells(2, 5)]
-    assert [r["shift"] for r in expert] == ["nominal", "blanked front", "blanked wrist", *suite.SHIFTS, *fresh]
+    families = [f"fresh {f}" for f in FAMILIES]
+    assert [r["shift"] for r in expert] == ["nominal", "blanked front", "blanked wrist", *suite.SHIFTS, *fresh,
+                                            *families]  # fmt: skip
     assert all(r["success"] == 1.0 for r in expert)  # it reads the simulator: the cells are solvable as posed
-    assert all(r["kept"] == 1.0 for r in expert if r["suite"] != "fresh")  # visual cells leave the physics alone
+    assert all(r["kept"] == 1.0 for r in expert if "fresh" not in r["suite"])  # visual cells leave the physics alone
     assert [r["shift"] for r in rows if r["policy"] == "expert, stale view"] == ["nominal", "stale frame"]
-    assert all(r["cells_seed"] == 5 and r["drawn"] == draw_cell(int(r["shift"][7:])) for r in expert[-2:])
+    whole, by_family = expert[-len(families) - 2 : -len(families)], expert[-len(families) :]
+    assert all(r["cells_seed"] == 5 and r["drawn"] == draw_cell(int(r["shift"][7:])) for r in whole)
+    assert all(r["drawn"] == fresh and r["episodes"] == 2 for r in by_family)
     assert "| validation | green table |" in (tmp_path / "visual_transfer.md").read_text()
     doc = json.loads((tmp_path / "visual_transfer.json").read_text())
     assert doc["cells_seed"] == 5 and list(doc["fresh_cells"]) == fresh
