@@ -137,6 +137,11 @@ class DistributedConfig:
     # learner lowers its replay ratio (summary.json's `replay_ratio`) rather than holding the arms' data back.
     # Lockstep robots and sims wait for its weights instead (`steps_per_version`): it trains to sac.utd first.
     ingest_every_s: float = 0.1
+    # Learner ranks (loop/ranks.py): data-parallel SAC over torch.distributed (gloo on CPUs, NCCL on GPUs), each
+    # rank training on the transitions of the actors whose index modulo this is its rank; rank 0 is the run. The
+    # learner starts the others on its machine; across machines torchrun does, and each rank reads `demos.path`
+    # (zenoh plane only).
+    learners: int = 1
 
     @property
     def steps_per_version(self) -> int:

@@ -133,6 +133,8 @@ class SAC(nn.Module):
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *trained], lr=cfg.critic_lr, fused=True)
         self.actor_opt = torch.optim.Adam(self.policy.head.parameters(), lr=cfg.actor_lr, fused=True)
         self.temp_opt = torch.optim.Adam([self.log_alpha], lr=cfg.temp_lr, fused=True)
+        # Data-parallel learners (loop/ranks.py) average each step's gradients across their ranks here.
+        self.grad_sync: Callable[[torch.optim.Optimizer], None] | None = None
         self._bf16_on: dict[str, bool] = {}  # by device type, decided once: a compiled loss must not time matmuls
         self._losses: tuple[Callable, Callable] | None = None
 
@@ -181,9 +183,7 @@ class SAC(nn.Module):
 
     def _critic_step(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         loss, feat, q = self._loss_fns()[0](b)
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
+        self._step(self.critic_opt, loss)
         with torch.no_grad():
             torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), self.cfg.tau)
         return loss.detach(), feat, q.detach()
@@ -210,14 +210,17 @@ class SAC(nn.Module):
         self.critic.requires_grad_(False)  # the actor loss must not spend time on critic weight grads
         actor_loss, logp = self._loss_fns()[1](feat)
         self.critic.requires_grad_(True)
-        self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_opt.step()
+        self._step(self.actor_opt, actor_loss)
         temp_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self.temp_opt.zero_grad(set_to_none=True)
-        temp_loss.backward()
-        self.temp_opt.step()
+        self._step(self.temp_opt, temp_loss)
         return actor_loss.detach(), temp_loss.detach(), -logp.detach().mean()
+
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(opt)
+        opt.step()
 
     def _actor_loss(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self._precision():

@@ -11,5 +11,5 @@ def main(overrides: list[str]) -> int:
         return 0
     from robot_rl.nodes.learner_node import run_learner
 
-    print(run_learner(node_config(run_config(overrides))))
+    print(run_learner(node_config(run_config(overrides)), overrides))
     return 0

@@ -8,47 +8,85 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import EpisodeStats
+from robot_rl.loop.learner import Learner
+from robot_rl.loop.ranks import (
+    Ranks,
+    actor_counts,
+    follow,
+    learn_in_ranks,
+    pin_device,
+    rank_config,
+    spawn_ranks,
+    stop,
+)
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.nodes.links import LearnerLink, learner_link, with_run_id
 
 
-def run_learner(cfg: TrainConfig) -> Path:
+def run_learner(cfg: TrainConfig, overrides: list[str] = ()) -> Path:
     """With `cfg.robot` the arm is the one actor's: this node never connects to it (no evaluations; `robot-rl deploy`
     evaluates a checkpoint) and may run on any machine of the ROS graph, e.g. the GPU box. Ctrl-C (or launch's, or
-    a bench's SIGINT) saves a checkpoint and an "interrupted" summary with each actor's count, as `train` does."""
+    a bench's SIGINT) saves a checkpoint and an "interrupted" summary with each actor's count, as `train` does.
+    With `distributed.learners` > 1 this is rank 0 and starts the others (`overrides`: their command line), unless
+    torchrun started them all (loop/ranks.py)."""
     cfg = with_run_id(cfg)
-    run = TrainingRun(cfg)
+    world = cfg.distributed.learners
+    rank = pin_device(world)
+    run = TrainingRun(cfg if rank == 0 else rank_config(cfg, rank))
+    children = spawn_ranks(world, list(overrides)) if rank == 0 else []
+    ranks = Ranks(world, run.device)
+    try:
+        if world > 1:
+            ranks.start_alike(run.algo, run.learner)
+        with learner_link(cfg, rank) as link:
+            return _lead(run, link, ranks) if rank == 0 else follow(run, link, ranks)
+    finally:
+        ranks.close()
+        stop(children)
+
+
+def _lead(run: TrainingRun, link: LearnerLink, ranks: Ranks) -> Path:
     stats = EpisodeStats(episodes=run.state.episodes)
-    with learner_link(cfg) as link:
-        try:
-            _learn(run, link, stats)
-        except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not tear the checkpoint
-            return run.finish(stats, interrupted=True, actors=_actors(link, run.learner.updates))
-        link.weights.publish(run.learner.policy_weights(), run.learner.updates)
-        link.transitions.finish()  # actors stop now, before the final evaluation, rather than wait for a restart
-        # The actors' own episodes: on a robot run (no evaluations here) the only success rate there is.
-        return run.finish(stats, actors=_actors(link, run.learner.updates), train_episodes=stats.episodes,
-                          train_success_rate=stats.success_rate)  # fmt: skip
+    publish = Publishing(link.weights, run.learner, run.cfg.distributed.publish_every)
+    try:
+        if ranks.world > 1:
+            actors = learn_in_ranks(run, link, stats, ranks, publish)
+        else:
+            _learn(run, link, stats, publish)
+            actors = actor_counts(link.transitions, run.learner.updates)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not tear the checkpoint
+        return run.finish(stats, interrupted=True, actors=actor_counts(link.transitions, run.learner.updates))
+    publish(final=True)
+    link.transitions.finish()  # actors stop now, before the final evaluation, rather than wait for a restart
+    # The actors' own episodes: on a robot run (no evaluations here) the only success rate there is.
+    return run.finish(stats, actors=actors, train_episodes=stats.episodes, train_success_rate=stats.success_rate)
 
 
-def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats) -> None:
+class Publishing:
+    """Weights out every `every` updates, sooner when the learner is out of data (`idle`), and at the end."""
+
+    def __init__(self, weights: Any, learner: Learner, every: int) -> None:
+        self.weights, self.learner, self.every = weights, learner, every
+        self.published = -1
+        self(final=True)
+
+    def __call__(self, idle: bool = False, final: bool = False) -> None:
+        updates = self.learner.updates
+        if final or updates - self.published >= self.every or (idle and updates > self.published):
+            self.weights.publish(self.learner.policy_weights(), updates)
+            self.published = updates
+
+
+def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Publishing) -> None:
     """Until the run is done: each actor's transitions into the learner at its UTD, weights out between. With
     real-time robots the transitions waiting are taken in at least every `ingest_every_s`, trained on or not."""
-    cfg, learner, transitions, weights = run.cfg, run.learner, link.transitions, link.weights
+    cfg, learner, transitions = run.cfg, run.learner, link.transitions
     slice_s = cfg.distributed.ingest_every_s if cfg.robot is not None and not cfg.robot.lockstep else None
-    weights.publish(learner.policy_weights(), learner.updates)
-    published = learner.updates
-
-    def publish(idle: bool = False) -> None:
-        nonlocal published
-        if learner.updates - published >= cfg.distributed.publish_every or (idle and learner.updates > published):
-            weights.publish(learner.policy_weights(), learner.updates)
-            published = learner.updates
-
     while not run.done:
         received = transitions.poll_batches(timeout_s=0.0 if learner.updates_due else 0.01)
         if not received and not learner.updates_due:
@@ -71,11 +109,3 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats) -> None:
             publish()
         for e in link.episodes():
             stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
-
-
-def _actors(link: LearnerLink, updates: int) -> dict[str, dict]:
-    """Per actor: transitions taken, lost, and its policy lag in updates."""
-    return {
-        a: {"transitions": s.received, "lost": s.lost, "policy_lag": updates - s.policy_version}
-        for a, s in link.transitions.actors.items()
-    }

@@ -51,12 +51,19 @@ def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:
     return dataclasses.replace(cfg.distributed.transport, task=cfg.env.task, node_name=node_name)
 
 
-def learner_link(cfg: TrainConfig) -> AbstractContextManager[LearnerLink]:
-    return _zenoh_learner(cfg) if cfg.distributed.plane == "zenoh" else _ros2_learner(cfg)
+def learner_link(cfg: TrainConfig, rank: int = 0) -> AbstractContextManager[LearnerLink]:
+    """Rank 0 is the run's learner; another learner rank (loop/ranks.py) takes its shard's transitions only."""
+    if cfg.distributed.plane == "zenoh":
+        return _zenoh_learner(cfg) if rank == 0 else _zenoh_rank(cfg, rank)
+    if cfg.distributed.learners > 1:
+        raise UserError("distributed.learners > 1 needs distributed.plane=zenoh (its keys carry each rank's shard)")
+    return _ros2_learner(cfg)
 
 
 def actor_link(cfg: TrainConfig, index: int, actor_id: str) -> AbstractContextManager[ActorLink]:
-    return _zenoh_actor(cfg, actor_id) if cfg.distributed.plane == "zenoh" else _ros2_actor(cfg, index, actor_id)
+    if cfg.distributed.plane == "zenoh":
+        return _zenoh_actor(cfg, index, actor_id)
+    return _ros2_actor(cfg, index, actor_id)
 
 
 @contextmanager
@@ -107,7 +114,21 @@ def _zenoh_learner(cfg: TrainConfig) -> Iterator[LearnerLink]:
 
 
 @contextmanager
-def _zenoh_actor(cfg: TrainConfig, actor_id: str) -> Iterator[ActorLink]:
+def _zenoh_rank(cfg: TrainConfig, rank: int) -> Iterator[LearnerLink]:
+    from robot_rl.transport import plane
+
+    pc = cfg.distributed.zenoh
+    peer = dial(lambda: plane.open_session(pc, "rank", f"rank{rank}"), pc.endpoint, cfg.distributed.learner_timeout_s)
+    try:
+        rx = plane.Receiver(peer.session, pc, cfg.env.task, shard=rank)
+        yield LearnerLink(rx, None, list)
+        rx.close()
+    finally:
+        peer.close()
+
+
+@contextmanager
+def _zenoh_actor(cfg: TrainConfig, index: int, actor_id: str) -> Iterator[ActorLink]:
     from robot_rl.transport import plane
 
     dist, pc = cfg.distributed, cfg.distributed.zenoh
@@ -116,7 +137,7 @@ def _zenoh_actor(cfg: TrainConfig, actor_id: str) -> Iterator[ActorLink]:
                         " it at start; `robot-rl launch` passes it)")  # fmt: skip
     peer = dial(lambda: plane.open_session(pc, "actor", actor_id), pc.endpoint, dist.learner_timeout_s)
     try:
-        sender = plane.Sender(peer.session, pc, cfg.env.task, actor_id, dist.batch_size)
+        sender = plane.Sender(peer.session, pc, cfg.env.task, actor_id, dist.batch_size, shard=index % dist.learners)
         yield ActorLink(sender, plane.WeightsClient(peer.session, pc),
                         lambda summary: plane.report_episode(peer.session, pc, actor_id, summary))  # fmt: skip
     finally:

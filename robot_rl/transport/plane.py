@@ -6,12 +6,13 @@ open port), TLS with a shared CA authenticates both ends, and liveliness tokens 
 inside each robot cell.
 
 Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed:
-- `transitions/<actor id>`: an actor's reliable, blocking put of one `TransitionBatch` (the ROS CDR the bulk channel
-  sends). `acks/<actor id>`: the learner's cumulative answer, "every transition before seq N is in", once per poll
-  for the batches the caller of `Receiver.poll_batches` took at the previous poll (they went into replay in
-  between), or one batch refused and why. An actor keeps at most `credits` batches unanswered, sends them again
-  when the oldest waited `ack_timeout_s` (the learner counts a repeat by its sequence number, once), and blocks
-  when the learner stops taking data: nothing is dropped silently.
+- `transitions/<shard>/<actor id>`: an actor's reliable, blocking put of one `TransitionBatch` (the ROS CDR the
+  bulk channel sends) to the learner rank that holds its shard (0 for a lone learner; loop/ranks.py).
+  `acks/<actor id>`: the learner's cumulative answer, "every transition before seq N is in", once per poll for the
+  batches the caller of `Receiver.poll_batches` took at the previous poll (they went into replay in between), or one
+  batch refused and why. An actor keeps at most `credits` batches unanswered, sends them again when the oldest
+  waited `ack_timeout_s` (the learner counts a repeat by its sequence number, once), and blocks when the learner
+  stops taking data: nothing is dropped silently.
 - `weights`: the learner's queryable answers with its newest blob (safetensors, sha256 and version attached);
   `weights/version` is a small put of each new version, so actors know their lag and fetch only when they act on it.
 - `alive/<role>/<id>`: liveliness tokens (presence instead of latched endpoints).
@@ -97,10 +98,10 @@ class Sender(Batching):
     """Actor side, `TransitionSender`'s interface: `add` every step; a batch goes out when full or at episode end."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, actor_id: str, batch_size: int = 16,
-                 distro: str = "jazzy") -> None:  # fmt: skip
+                 distro: str = "jazzy", shard: int = 0) -> None:  # fmt: skip
         self.cfg, self.task, self.actor_id = cfg, task, actor_id
         self.batch_size, self.distro = batch_size, distro
-        self.key = f"{cfg.prefix}/transitions/{actor_id}"
+        self.key = f"{cfg.prefix}/transitions/{shard}/{actor_id}"
         # Reliable and blocking: a full learner queue holds the publisher back instead of dropping the sample.
         self.pub = session.declare_publisher(self.key, congestion_control=zenoh.CongestionControl.BLOCK,
                                              reliability=zenoh.Reliability.RELIABLE)  # fmt: skip
@@ -200,9 +201,10 @@ class Receiver:
     far the batches it took at the previous poll (which the caller has put into replay since) go."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, task: str, capacity: int = 256,
-                 distro: str = "jazzy") -> None:  # fmt: skip
+                 distro: str = "jazzy", shard: int = 0) -> None:  # fmt: skip
         self.session, self.cfg, self.task, self.distro = session, cfg, task, distro
-        self.sub = session.declare_subscriber(f"{cfg.prefix}/transitions/*", zenoh.handlers.FifoChannel(capacity))
+        self.sub = session.declare_subscriber(f"{cfg.prefix}/transitions/{shard}/*",
+                                              zenoh.handlers.FifoChannel(capacity))  # fmt: skip
         self.actors: dict[str, ActorState] = {}
         self.repeats = 0  # batches an actor sent again that were already taken (acknowledged, not added twice)
         self.refused = 0

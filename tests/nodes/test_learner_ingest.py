@@ -59,7 +59,7 @@ def test_a_slow_learner_takes_real_time_robots_data_in_and_lowers_its_replay_rat
         fleets[0].updates += 1
 
     @contextmanager
-    def link(cfg) -> Iterator[LearnerLink]:  # noqa: ANN001
+    def link(cfg, rank: int = 0) -> Iterator[LearnerLink]:  # noqa: ANN001
         fleets.append(Fleet(26, 4))  # the sim robot's proprio state and action
         yield LearnerLink(fleets[0], Weights(), list)
 

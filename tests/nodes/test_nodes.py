@@ -213,6 +213,56 @@ def test_launch_on_the_zenoh_plane_keys_the_run_and_loses_nothing(tmp_path: Path
     assert "run id zenoh-run" in out
 
 
+def test_two_learner_ranks_each_take_their_actors_shard_and_train_as_one(tmp_path: Path, domain: int) -> None:
+    """`distributed.learners=2`: the learner starts rank 1 itself (gloo on this CPU), actor 0 feeds rank 0 and
+    actor 1 rank 1, and the fleet's steps count once: the run stops at its budget at the UTD, both actors' counts in
+    its summary, nothing lost."""
+    run = tmp_path / "ranks"
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", "distributed.learners=2",
+                   *common(domain, 300))  # fmt: skip
+    try:
+        out = finish(launch, 300)
+    finally:
+        stop(launch)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 300 and s["replay_ratio"] == load_config([]).sac.utd, out[-2000:]
+    assert sorted(a.split("-")[0] for a in s["actors"]) == ["actor0", "actor1"], s["actors"]
+    assert all(a["transitions"] > 0 and a["lost"] == 0 for a in s["actors"].values())
+    assert (run / "rank1" / "config.yaml").exists() and not (run / "rank1" / "checkpoints").exists()
+
+
+def ranks_of(run: Path) -> dict[int, int]:
+    """pid by learner rank of the run's learner processes (rank 0: the one without RANK, or RANK=0)."""
+    out = subprocess.run(["pgrep", "-f", f"robot_rl.cli learner .*{run}"], capture_output=True, text=True).stdout
+    found = {}
+    for pid in map(int, out.split()):
+        with contextlib.suppress(OSError):
+            env = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in e)
+            found[int(env.get("RANK", 0))] = pid
+    return found
+
+
+def test_a_killed_learner_rank_takes_the_run_back_to_its_checkpoint_and_it_finishes(
+    tmp_path: Path, domain: int
+) -> None:
+    """SIGKILL rank 1 mid-run: the lead's collective breaks, it exits, launch resumes it from its checkpoint with a
+    new rank 1, and the run finishes its budget with both actors' data and nothing lost."""
+    run = tmp_path / "ranks"
+    launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", "distributed.learners=2",
+                   *common(domain, 600))  # fmt: skip
+    try:
+        wait_for(lambda: checkpoint_step(run) >= 100 and 1 in ranks_of(run), 240)
+        first = ranks_of(run)
+        os.kill(first[1], signal.SIGKILL)
+        out = finish(launch, 400)
+    finally:
+        stop(launch)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["env_steps"] == 600 and "learner exited with" in out, out[-3000:]
+    assert sorted(a.split("-")[0] for a in s["actors"]) == ["actor0", "actor1"], s["actors"]
+    assert all(a["lost"] == 0 for a in s["actors"].values())
+
+
 def test_ctrl_c_on_launch_saves_the_learners_run_with_each_actors_count(tmp_path: Path, domain: int) -> None:
     """Ctrl-C in launch's terminal reaches its whole process group: the learner saves a step checkpoint and an
     "interrupted" summary with each actor's transitions (as `train` does), and launch leaves no process behind."""

@@ -67,6 +67,27 @@ def test_three_actors_every_transition_once_and_acknowledged(plane: PlaneConfig)
     learner.close()
 
 
+def test_each_learner_rank_takes_its_own_shard_only(plane: PlaneConfig) -> None:
+    """Learner ranks (loop/ranks.py): rank 1 dials the lead like an actor and takes shard 1's batches, the lead
+    shard 0's; each actor is answered by the rank that took its data."""
+    lead = open_session(plane, "learner", "learner")
+    rank1 = open_session(plane, "rank", "rank1")
+    rx0, rx1 = Receiver(lead.session, plane, "reach"), Receiver(rank1.session, plane, "reach", shard=1)
+    actors = [open_session(plane, "actor", f"a{i}") for i in range(2)]
+    senders = [Sender(a.session, plane, "reach", f"a{i}", batch_size=10, shard=i) for i, a in enumerate(actors)]
+    wait_until(lambda: present(lead.session, plane, "actor") == ["a0", "a1"], 10.0)
+    time.sleep(0.5)  # rank 1's subscription reaches the lead's routing before the first put
+    for tx, n in zip(senders, (20, 30), strict=True):
+        for t in make_episode(n):
+            tx.add(t)
+    assert len(drain(rx0, 20)) == 20 and len(drain(rx1, 30)) == 30
+    assert all(tx.wait_acked(5.0) for tx in senders)
+    assert {a: st.received for a, st in rx0.actors.items()} == {"a0": 20}
+    assert {a: st.received for a, st in rx1.actors.items()} == {"a1": 30}
+    for peer in (*actors, rank1, lead):
+        peer.close()
+
+
 def test_a_learner_that_stops_taking_data_blocks_its_actors_and_loses_nothing(plane: PlaneConfig) -> None:
     plane.credits = 2
     learner = open_session(plane, "learner", "learner")
