@@ -16,7 +16,7 @@ where it fails, the cell is not solvable as posed. Cells report success with a W
 nominal success of the same policy with a bootstrap 95 % CI.
 
 Run: `.venv/bin/python bench/bench_visual_transfer.py [--checkpoint RUN_OR_CKPT ...] [--seeds 2] [--episodes 40]
-[--preset visual] [--minutes 15] [--set KEY=VALUE ...] [--cells 5] [--cells-seed S] [--quick]`; also
+[--preset visual] [--minutes 15] [--set KEY=VALUE ...] [--cells 5] [--cells-seed S] [--keep DIR] [--quick]`; also
 `bench/run.py --only visual_transfer`.
 Without checkpoints it trains `obs=pixels env.for_robot=sim` PickCube runs with the preset, one per seed, side by
 side for `--minutes` of wall clock (#27's acceptance 1: two seeds, 15 minutes, this 2-core box), then runs the suite
@@ -198,9 +198,10 @@ def to_markdown(rows: list[dict]) -> str:
 def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] = (), seeds: int = 2,
          preset: str = "visual", minutes: float = 15.0, threads: int = 0,
          out: Path | None = None, expert: bool = True, overrides: tuple[str, ...] = (), cells: int = 5,
-         cells_seed: int | None = None) -> list[dict]:  # fmt: skip
+         cells_seed: int | None = None, keep: Path | None = None) -> list[dict]:  # fmt: skip
     """The expert rows (unless not `expert`) and one column per checkpoint; without checkpoints (and not `quick`),
-    `seeds` runs trained with `preset` (and `overrides`) first. `cells` fresh cells from `cells_seed` (None: drawn
+    `seeds` runs trained with `preset` (and `overrides`) first, in `keep` (kept, for a later `--checkpoint`) or a
+    temporary folder. `cells` fresh cells from `cells_seed` (None: drawn
     now; `quick`: 2 cells)."""
     from robot_rl.sim.cells import draw_cells
 
@@ -216,7 +217,9 @@ def main(quick: bool = False, episodes: int = 0, checkpoints: tuple[Path, ...] =
     with tempfile.TemporaryDirectory(prefix="visual_transfer_") as tmp:
         runs = list(checkpoints)
         if not runs and not quick:
-            runs = [Path(tmp) / f"s{s}" for s in range(seeds)]
+            folder = keep or Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            runs = [folder / f"s{s}" for s in range(seeds)]
             trained = train(runs, preset, threads, minutes, overrides)
         # What each run bought in its minutes (env steps, start-up, final nominal success), beside its cells.
         rows += [{"bench": f"{preset} s{t['seed']} training", **t} for t in trained]
@@ -252,13 +255,14 @@ if __name__ == "__main__":
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for the training runs")
     p.add_argument("--cells", type=int, default=5, help="fresh cells drawn at run time (--quick: 2)")
     p.add_argument("--cells-seed", type=int, default=None, help="the fresh cells' seed (default: drawn now, printed)")
+    p.add_argument("--keep", type=Path, default=None, help="train the runs into this folder and keep them")
     p.add_argument("--out", type=Path, default=HERE / "results")
     a = p.parse_args()
     from common import provenance, run_name, write_run
 
     started = time.time()
     result = main(a.quick, a.episodes, tuple(a.checkpoint), a.seeds, a.preset, a.minutes, a.threads, a.out,
-                  overrides=tuple(a.set), cells=a.cells, cells_seed=a.cells_seed)  # fmt: skip
+                  overrides=tuple(a.set), cells=a.cells, cells_seed=a.cells_seed, keep=a.keep)  # fmt: skip
     print(to_markdown(result))
     tag = "quick" if a.quick else "checkpoints" if a.checkpoint else "full"
     print(write_run(a.out, "visual_transfer", run_name(tag, started), {"argv": sys.argv[1:]}, result, started,
