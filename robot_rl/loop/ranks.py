@@ -9,7 +9,8 @@ evaluations, checkpoints, weights to the actors, the stopping rule; the other ra
 They train in rounds: each rank takes in what its actors sent, the ranks sum the steps they took (every rank counts
 the fleet's steps, so every rank owes the same updates), all run those updates, then the lead walks its run through
 the new steps (logs, checkpoints, evaluations at their multiples) and says whether it is done. A rank that dies
-breaks the collective: the lead exits with an error and `launch` resumes it from its checkpoint, ranks and all.
+breaks the collective: the lead exits with an error and `launch` resumes it from its checkpoint, ranks and all
+(each rank saves its shard in `<run>/rank<r>/checkpoints` at the lead's checkpoint steps and resumes from it).
 
 gloo on CPUs, NCCL on GPUs. `robot-rl learner distributed.learners=N` starts ranks 1..N-1 on this machine; across
 machines `torchrun` starts them (its RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
@@ -25,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -51,11 +53,19 @@ class Ranks:
     def lead(self) -> bool:
         return self.rank == 0
 
-    def start_alike(self, algo: SAC, learner: Learner) -> None:
-        """The lead's weights, optimiser state and counters on every rank; frames stored as features are embedded
-        again by the lead's trunk. From here on every step's gradients are averaged across the ranks."""
+    def start_alike(self, algo: SAC, learner: Learner, seed: int) -> None:
+        """The lead's weights, optimiser state and counters on every rank, then each rank's own sampling (`seed`
+        and its rank). A frozen camera trunk must already be the lead's: the frames in replay are its features."""
+        enc = algo.policy.encoder
+        trunk = enc.trunk_params() if enc.frozen_trunk else []
+        own = [p.detach().clone() for p in trunk]
         for t in itertools.chain(algo.parameters(), algo.buffers()):
             dist.broadcast(t.data, 0)
+        differs = self._tensor([int(any(not torch.equal(a, b) for a, b in zip(own, trunk, strict=True)))])
+        dist.all_reduce(differs)
+        if differs.item():
+            raise UserError("learner ranks pretrained different camera trunks, so their replay holds different "
+                            "features: start the run from init_from=<run>, or give sac.frozen_trunk=false")  # fmt: skip
         states = [opt.state_dict() for opt in algo.optimizers().values()]
         dist.broadcast_object_list(states, 0)
         for opt, state in zip(algo.optimizers().values(), states, strict=True):
@@ -63,9 +73,10 @@ class Ranks:
         counts = self._tensor([learner.env_steps, learner.sim_steps, learner.updates])
         dist.broadcast(counts, 0)
         learner.env_steps, learner.sim_steps, learner.updates = counts.tolist()
-        if algo.policy.encoder.frozen_trunk:
-            for buf in (learner.demo, learner.online):
-                algo.store_features(buf)
+        if not self.lead:
+            torch.manual_seed(seed + self.rank)
+            for i, buf in enumerate((learner.demo, learner.online)):
+                buf.rng = np.random.default_rng([seed, self.rank, i])
         algo.grad_sync = self.average_grads
 
     def average_grads(self, opt: torch.optim.Optimizer) -> None:
@@ -106,15 +117,16 @@ def pin_device(world: int) -> int:
 
 
 def rank_config(cfg: TrainConfig, rank: int) -> TrainConfig:
-    """A rank other than the lead: its own folder in the run (logs only), its own sampling seed, the lead's demos,
-    no evaluations and no checkpoints (the lead's state is the run's)."""
+    """A rank other than the lead: its own folder in the run, the lead's demos and seed (a frozen trunk pretrains
+    alike; `start_alike` then reseeds the sampling), no evaluations; its checkpoints hold its shard, at the lead's
+    steps, for a resume."""
     lead_dir = Path(cfg.resume or cfg.run_dir)
-    loop = dataclasses.replace(cfg.loop, eval_every=0, eval_at_start=False, checkpoint_every=0, final_eval_episodes=0)
+    loop = dataclasses.replace(cfg.loop, eval_every=0, eval_at_start=False, final_eval_episodes=0)
     demos = cfg.demos
     if not demos.path and cfg.robot is None:  # the lead collected them before it started this rank
         demos = dataclasses.replace(demos, path=str(lead_dir / "demos.zarr"))
     rank_dir = str(lead_dir / f"rank{rank}")
-    return dataclasses.replace(cfg, run_dir=rank_dir, resume=rank_dir, seed=cfg.seed + rank, loop=loop, demos=demos)
+    return dataclasses.replace(cfg, run_dir=rank_dir, resume=rank_dir, loop=loop, demos=demos)
 
 
 def spawn_ranks(world: int, overrides: list[str]) -> list[subprocess.Popen]:
@@ -125,7 +137,8 @@ def spawn_ranks(world: int, overrides: list[str]) -> list[subprocess.Popen]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ |= {"RANK": "0", "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    cmd = [sys.executable, "-m", "robot_rl.cli", "learner", *overrides]
+    # The lead's thread count: a frozen trunk then pretrains to the same bits on every rank (`start_alike`).
+    cmd = [sys.executable, "-m", "robot_rl.cli", "learner", *overrides, f"threads={torch.get_num_threads()}"]
     return [subprocess.Popen(cmd, env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(1, world)]
 
 
@@ -174,11 +187,20 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         stats.intervened_steps = before[2] + fleet[2]
         if ready:
             learner.train_to_rate_limit()
-        if ranks.lead:
+        if not ranks.lead:
+            _save_shard(run, before[0], fleet[0])
+        else:
             publish(idle=not fleet[0])
             _walk(run, stats, before[0], fleet[0])
             for e in link.episodes():
                 stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
+
+
+def _save_shard(run: TrainingRun, start: int, steps: int) -> None:
+    """A rank's checkpoint (its shard with it) where the lead saves one in this round's steps."""
+    every = run.cfg.loop.checkpoint_every
+    if every and (start + steps) // every > start // every:
+        run.checkpoint(f"step_{(start + steps) // every * every:08d}", 0)
 
 
 def _walk(run: TrainingRun, stats: EpisodeStats, start: int, steps: int) -> None:

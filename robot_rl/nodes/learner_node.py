@@ -41,7 +41,7 @@ def run_learner(cfg: TrainConfig, overrides: list[str] = ()) -> Path:
     ranks = Ranks(world, run.device)
     try:
         if world > 1:
-            ranks.start_alike(run.algo, run.learner)
+            ranks.start_alike(run.algo, run.learner, cfg.seed)
         with learner_link(cfg, rank) as link:
             return _lead(run, link, ranks) if rank == 0 else follow(run, link, ranks)
     finally:

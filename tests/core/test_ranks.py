@@ -7,11 +7,13 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
+from robot_rl.errors import UserError
 from robot_rl.loop.learner import Learner
 from robot_rl.loop.ranks import Ranks
 from robot_rl.types import Batch
@@ -42,7 +44,7 @@ def rank_main(rank: int, port: int, out: Path, synced: bool) -> None:
     learner.env_steps = 100 * (1 - rank)  # the lead's counters win too
     ranks = Ranks(2, torch.device("cpu"))
     if synced:
-        ranks.start_alike(sac, learner)
+        ranks.start_alike(sac, learner, seed=0)
     start = {k: v.clone() for k, v in sac.state_dict().items()}
     data = shard(2.0 * rank)  # rank 0's shard says Q = 0, rank 1's says Q = 2
     for _ in range(UPDATES):
@@ -73,3 +75,30 @@ def test_without_averaging_each_rank_fits_only_its_own_shard(tmp_path: Path) -> 
     """The control: the same two processes, gradients not averaged, fit Q = 0 and Q = 2 apart."""
     lead, other = run_ranks(tmp_path, synced=False)
     assert abs(lead["q"]) < 0.2 and abs(other["q"] - 2.0) < 0.2, (lead["q"], other["q"])
+
+
+def trunk_main(rank: int, port: int, out: Path, same_seed: bool) -> None:
+    """Camera agents with frozen trunks, drawn from the same seed (as `rank_config` keeps the lead's) or not."""
+    os.environ |= {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    torch.set_num_threads(1)
+    torch.manual_seed(0 if same_seed else rank)
+    sac = SAC(SACConfig(hidden=(16,), frozen_trunk=True, bf16="off"), 3, 2, cameras=("front",), image_size=32)
+    ranks = Ranks(2, torch.device("cpu"))
+    try:
+        ranks.start_alike(sac, Learner(sac, ReplayBuffer(8), ReplayBuffer(8)), seed=0)
+        (out / f"rank{rank}.txt").write_text("started")
+    except UserError as e:
+        (out / f"rank{rank}.txt").write_text(str(e))
+    ranks.close()
+
+
+@pytest.mark.parametrize("same_seed", [True, False])
+def test_ranks_with_frozen_trunks_start_only_when_their_trunks_are_the_leads(tmp_path: Path, same_seed: bool) -> None:
+    """Replay holds a frozen trunk's features: ranks whose trunks differ would train on another trunk's features,
+    so they refuse in one line; the same seed draws the same trunk and they start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(trunk_main, args=(port, tmp_path, same_seed), nprocs=2, start_method="fork")
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert said == ["started"] * 2 if same_seed else all("different camera trunks" in x for x in said), said

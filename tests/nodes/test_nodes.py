@@ -228,7 +228,8 @@ def test_two_learner_ranks_each_take_their_actors_shard_and_train_as_one(tmp_pat
     assert s["env_steps"] == 300 and s["replay_ratio"] == load_config([]).sac.utd, out[-2000:]
     assert sorted(a.split("-")[0] for a in s["actors"]) == ["actor0", "actor1"], s["actors"]
     assert all(a["transitions"] > 0 and a["lost"] == 0 for a in s["actors"].values())
-    assert (run / "rank1" / "config.yaml").exists() and not (run / "rank1" / "checkpoints").exists()
+    steps = sorted(c.name for c in (run / "checkpoints").glob("step_*"))  # rank 1 saves its shard at the lead's
+    assert steps and sorted(c.name for c in (run / "rank1" / "checkpoints").glob("step_*")) == steps
 
 
 def ranks_of(run: Path) -> dict[int, int]:
@@ -246,7 +247,8 @@ def test_a_killed_learner_rank_takes_the_run_back_to_its_checkpoint_and_it_finis
     tmp_path: Path, domain: int
 ) -> None:
     """SIGKILL rank 1 mid-run: the lead's collective breaks, it exits, launch resumes it from its checkpoint with a
-    new rank 1, and the run finishes its budget with both actors' data and nothing lost."""
+    new rank 1 that resumes its shard from its own, and the run finishes its budget with both actors' data and
+    nothing lost."""
     run = tmp_path / "ranks"
     launch = spawn("launch", f"run_dir={run}", "distributed.n_actors=2", "distributed.learners=2",
                    *common(domain, 600))  # fmt: skip
@@ -259,6 +261,7 @@ def test_a_killed_learner_rank_takes_the_run_back_to_its_checkpoint_and_it_finis
         stop(launch)
     s = json.loads((run / "summary.json").read_text())
     assert s["env_steps"] == 600 and "learner exited with" in out, out[-3000:]
+    assert f"resumed {run / 'rank1'} from step_" in out  # the new rank 1 has its shard back
     assert sorted(a.split("-")[0] for a in s["actors"]) == ["actor0", "actor1"], s["actors"]
     assert all(a["lost"] == 0 for a in s["actors"].values())
 
