@@ -143,6 +143,10 @@ def node_config(cfg: TrainConfig) -> TrainConfig:
     if cfg.loop.num_envs > 1:
         raise ConfigError(f"bad configuration: loop.num_envs={cfg.loop.num_envs} batches envs in `robot-rl train`; "
                           "actor nodes step one env each: set distributed.n_actors instead")  # fmt: skip
+    dist = cfg.distributed
+    if dist.learners < 1 or (dist.learners > 1 and dist.plane != "zenoh"):
+        raise ConfigError(f"bad configuration: distributed.learners={dist.learners}: 1, or more on "
+                          "distributed.plane=zenoh (its keys carry each rank's shard)")  # fmt: skip
     if cfg.reward.refit_every:  # a person's verdicts stay in the actor's process, the classifier to refit too
         raise ConfigError("bad configuration: reward.refit_every refits the classifier in one process (`robot-rl "
                           "train`); the actor and learner nodes do not pass verdicts or classifiers yet: set "

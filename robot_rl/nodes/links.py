@@ -55,8 +55,6 @@ def learner_link(cfg: TrainConfig, rank: int = 0) -> AbstractContextManager[Lear
     """Rank 0 is the run's learner; another learner rank (loop/ranks.py) takes its shard's transitions only."""
     if cfg.distributed.plane == "zenoh":
         return _zenoh_learner(cfg) if rank == 0 else _zenoh_rank(cfg, rank)
-    if cfg.distributed.learners > 1:
-        raise UserError("distributed.learners > 1 needs distributed.plane=zenoh (its keys carry each rank's shard)")
     return _ros2_learner(cfg)
 
 

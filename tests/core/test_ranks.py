@@ -13,7 +13,9 @@ import torch.multiprocessing as mp
 
 from robot_rl.algos.sac import SAC, SACConfig
 from robot_rl.buffers import ReplayBuffer
-from robot_rl.errors import UserError
+from robot_rl.commands.train import node_config
+from robot_rl.config import load_config
+from robot_rl.errors import ConfigError, UserError
 from robot_rl.loop.learner import Learner
 from robot_rl.loop.ranks import Ranks
 from robot_rl.types import Batch
@@ -102,3 +104,9 @@ def test_ranks_with_frozen_trunks_start_only_when_their_trunks_are_the_leads(tmp
     mp.start_processes(trunk_main, args=(port, tmp_path, same_seed), nprocs=2, start_method="fork")
     said = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
     assert said == ["started"] * 2 if same_seed else all("different camera trunks" in x for x in said), said
+
+
+@pytest.mark.parametrize("wrong", [["distributed.learners=2", "distributed.plane=ros2"], ["distributed.learners=0"]])
+def test_ranks_off_the_zenoh_plane_or_below_one_are_refused_at_load(wrong: list[str]) -> None:
+    with pytest.raises(ConfigError, match="distributed.learners"):
+        node_config(load_config(wrong))
