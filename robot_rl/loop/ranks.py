@@ -78,6 +78,7 @@ class Ranks:
             for i, buf in enumerate((learner.demo, learner.online)):
                 buf.rng = np.random.default_rng([seed, self.rank, i])
         algo.grad_sync = self.average_grads
+        learner._graphed = None  # eager updates: a CUDA graph here would have to capture the NCCL all-reduces
 
     def average_grads(self, opt: torch.optim.Optimizer) -> None:
         grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
