@@ -183,6 +183,8 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         if done:  # what came in since is not trained on, nor counted
             learner.env_steps, learner.sim_steps = before[:2]
             return ranks.gather(actor_counts(transitions, learner.updates))
+        # Steps past the budget are not counted, so not trained on (as a lone learner's), on every rank alike.
+        fleet[0] = min(fleet[0], max(0, run.cfg.loop.env_steps - before[0]))
         learner.env_steps, learner.sim_steps = before[0] + fleet[0], before[1] + fleet[1]
         stats.steps += fleet[0]
         stats.intervened_steps = before[2] + fleet[2]
