@@ -20,7 +20,7 @@ seed of at least 4 of 5 cells; (a) beside it and the ratio (c) / (a) (goal <= 1/
 whole time stands in, a lower bound).
 
 Run: `.venv/bin/python bench/bench_sim_to_robot.py [--quick] [--checkpoint RUN] [--cells 5] [--cells-seed S]
-[--seeds 2] [--scratch-steps N] [--finetune-steps N]`; also `bench/run.py --only sim_to_robot`. Writes
+[--seeds 2] [--scratch-steps N] [--finetune-steps N] [--minutes M]`; also `bench/run.py --only sim_to_robot`. Writes
 `bench/results/sim_to_robot[_quick]/` (sim_to_robot.json, .md, curve.png). Finished stages are kept there with the
 parameters they ran with (`<output>.params.json`): run again with the same cells seed and it runs only what is
 missing or was made with other parameters (one line says which).
@@ -334,7 +334,10 @@ def draw_specs(n: int, seed: int) -> list[str]:
 
 def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, cells_seed: int | None = None,
          seeds: int = 2, scratch_steps: int = 0, finetune_steps: int = 0, deploy_episodes: int = 0,
-         sim_minutes: float = 15.0, out: Path | None = None) -> list[dict]:  # fmt: skip
+         sim_minutes: float = 15.0, minutes: float = 0.0, out: Path | None = None) -> list[dict]:  # fmt: skip
+    """Every cell and seed, or those begun within `minutes` of wall clock (0: no limit); a later call with the same
+    cells seed takes the finished stages and goes on."""
+    deadline = time.monotonic() + 60 * minutes if minutes > 0 else float("inf")
     work = (out or HERE / "results") / ("sim_to_robot_quick" if quick else "sim_to_robot")
     if quick:
         shutil.rmtree(work, ignore_errors=True)
@@ -357,10 +360,14 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
              "finetune_steps": finetune_steps, "sim": sim, "learned": {}}  # fmt: skip
     for spec in specs:
         cell = spec.replace(":", "-")
+        if spent(deadline, cell):
+            break
         learned = demos_and_classifier(work / cell, spec, quick)
         setup["learned"][spec] = learned
         upstream = {"sim": sim, "learned": learned["params"]}
         for seed in range(seeds):
+            if spent(deadline, f"{cell} s{seed}"):
+                break
             z = kept(work / cell / f"zero_shot_s{seed}.json", {"seed": seed, "episodes": deploy_episodes, "sim": sim},
                      f"{cell} zero-shot s{seed}",
                      lambda s=seed, c=spec: zero_shot(c, ckpt, s, deploy_episodes))  # fmt: skip
@@ -377,6 +384,15 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
     _save(work, rows, setup, ckpt)
     plot(rows, work / "curve.png")
     return rows
+
+
+def spent(deadline: float, next_stage: str) -> bool:
+    """Whether this call's wall clock is spent (it says so, naming where a later call goes on)."""
+    if time.monotonic() <= deadline:
+        return False
+    print(f"[bench] sim_to_robot: this call's minutes are spent; {next_stage} on is left to a later call",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return True
 
 
 def _save(work: Path, rows: list[dict], setup: dict, ckpt: Path) -> None:
@@ -398,6 +414,7 @@ if __name__ == "__main__":
     p.add_argument("--finetune-steps", type=int, default=0, help="(c)'s env-step budget (default 3600)")
     p.add_argument("--deploy-episodes", type=int, default=0, help="(b)'s episodes per seed (default 20)")
     p.add_argument("--sim-minutes", type=float, default=15.0, help="wall clock of the sim run trained here")
+    p.add_argument("--minutes", type=float, default=0.0, help="begin no stage after this wall clock (0: no limit)")
     p.add_argument(
         "--defaults-check",
         action="store_true",
@@ -414,6 +431,6 @@ if __name__ == "__main__":
                         time.time() - started, provenance()))  # fmt: skip
         sys.exit(0)
     result = main(a.quick, a.checkpoint, a.cells, a.cells_seed, a.seeds, a.scratch_steps, a.finetune_steps,
-                  a.deploy_episodes, a.sim_minutes)  # fmt: skip
+                  a.deploy_episodes, a.sim_minutes, a.minutes)  # fmt: skip
     print(to_markdown(result))
     print(json.dumps(result[-1]))

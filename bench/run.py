@@ -66,7 +66,8 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
             "realtime": args.realtime,
         }
     if area == "sim_to_robot":
-        return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint}
+        return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint,
+                "cells_seed": args.sim_to_robot_cells_seed, "minutes": args.sim_to_robot_minutes}  # fmt: skip
     if area == "demos":
         return {"episodes": 4, "T": 10, "reps": 1} if args.quick else {}
     return {"quick": args.quick}
@@ -83,6 +84,10 @@ def main() -> int:
     p.add_argument("--fleet-seeds", default="0,1", help="fleet_robots: comma list of training seeds")
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
+    p.add_argument("--sim-to-robot-cells-seed", type=int, default=None,
+                   help="sim_to_robot: the cells of an earlier call, to go on with (default: drawn now)")  # fmt: skip
+    p.add_argument("--sim-to-robot-minutes", type=float, default=0.0,
+                   help="sim_to_robot: begin no stage after this wall clock (0: no limit)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
     p.add_argument("--operator", default="person", help="robot_loop: person | oracle (the simulator's truth)")
     p.add_argument("--robots", default="sim", help="robot_loop: comma list of sim | ur5e (the UR driver's stand-in)")
