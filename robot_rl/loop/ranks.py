@@ -161,9 +161,7 @@ def follow(run: TrainingRun, link, ranks: Ranks) -> Path:  # noqa: ANN001
         learn_in_ranks(run, link, EpisodeStats(), ranks, publish=None)
     except KeyboardInterrupt:
         pass
-    run.bar.close()
-    run.writer.close()
-    run.cell.close()
+    run.close()
     return run.run_dir
 
 

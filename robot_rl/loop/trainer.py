@@ -77,9 +77,8 @@ class TrainingRun:
         where = f"demos.path={cfg.demos.path}"
         for i in range(len(self.store) if self.store is not None else 0):
             episode = episode_transitions(self.store, i, keys)
-            if (
-                idx := state_fields(self.store.meta(i).get("state_layout"), self.layouts["env"].state, where)
-            ) is not None:
+            idx = state_fields(self.store.meta(i).get("state_layout"), self.layouts["env"].state, where)
+            if idx is not None:
                 episode = (pick_state(t, idx) for t in episode)
             episode = self.cell.demo_episode(episode, self.classifier)
             episode = algorithm(cfg.algo).convert_episode(self.cell.eval_env, episode)  # e.g. as residuals
@@ -150,12 +149,9 @@ class TrainingRun:
     def checkpoint(self, name: str, episodes: int) -> None:
         s = self.state
         s.env_steps, s.sim_steps, s.updates = self.learner.env_steps, self.learner.sim_steps, self.learner.updates
-        s.episodes = episodes
-        s.wall_clock_s = self.wall_clock_s
-        buffers = {"demo": self.learner.demo, "online": self.learner.online}
-        save_checkpoint(
-            self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml, buffers, self.layouts
-        )
+        s.episodes, s.wall_clock_s = episodes, self.wall_clock_s
+        save_checkpoint(self.ckpt_root, name, self.algo, self.algo.optimizers(), vars(s), self.config_yaml,
+                        {"demo": self.learner.demo, "online": self.learner.online}, self.layouts)  # fmt: skip
 
     def evaluate(self, episodes: int, robot_minutes: float = 0.0, **extra: float) -> EvalResult | None:
         """The current policy's evaluation (`Evaluations.run`); `extra`: more entries for its log."""
@@ -202,6 +198,12 @@ class TrainingRun:
         """What the evaluation log and the summary say of the refits (`Refits.counts`); nothing without them."""
         return self.refits.counts() if self.refits is not None else {}
 
+    def close(self) -> None:
+        """Ends the progress bar, the logs and the cell (a robot run's session recording is complete from here)."""
+        self.bar.close()
+        self.writer.close()
+        self.cell.close()
+
     def finish(self, stats: EpisodeStats, interrupted: bool = False, **extra: object) -> Path:
         """Final evaluation, checkpoint and summary.json (plus `extra` entries); returns the summary's path.
 
@@ -212,8 +214,7 @@ class TrainingRun:
         final = None if interrupted else self.evaluate(loop.final_eval_episodes, loop.final_eval_robot_minutes)
         ckpt = f"step_{learner.env_steps:08d}" if interrupted else "final"
         self.checkpoint(ckpt, stats.episodes)
-        self.writer.close()
-        self.cell.close()  # a robot run's session recording is complete from here
+        self.close()
         summary = {
             "status": "interrupted" if interrupted else "finished",
             "task": cfg.env.task, "obs": cfg.env.obs, "seed": cfg.seed, "algo": cfg.algo,
@@ -274,9 +275,8 @@ def train(cfg: TrainConfig) -> Path:
         return run.finish(stats, interrupted=True, **extra)
 
 
-def _learn_in_turns(
-    run: TrainingRun, actor: Actor | VecActor, human: object | None, background: BackgroundUpdates | None
-) -> None:
+def _learn_in_turns(run: TrainingRun, actor: Actor | VecActor, human: object | None,
+                    background: BackgroundUpdates | None) -> None:  # fmt: skip
     """One thread (sim and lockstep runs): the actor steps, then the learner adds and updates (with `background`,
     while the actor makes its next step), evaluates and checkpoints; bit-reproducible without `background`."""
     cfg, learner = run.cfg, run.learner
