@@ -44,7 +44,9 @@ def start_from_checkpoint(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     """A new run started from a checkpoint (`init_from`) takes the checkpoint's input pipeline
     (`config.INPUT_PIPELINE`: frame standardisation, ...) and says so on one line: a sim camera policy trained with
     standardised frames would read a robot run's raw ones without a word. A value the command line sets otherwise is
-    refused. The fine-tuning defaults (`config.FINETUNE_DEFAULTS`) fill what the command line leaves unset."""
+    refused. The fine-tuning defaults (`config.FINETUNE_DEFAULTS`) fill what the command line leaves unset. The run
+    keeps the checkpoint folder this resolved to (a run dir names its final or latest one), so it starts from exactly
+    the weights whose pipeline was read here, and its config says which."""
     if not cfg.init_from or cfg.resume:
         return cfg
     from omegaconf import OmegaConf
@@ -52,7 +54,8 @@ def start_from_checkpoint(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     from robot_rl.checkpoint import Checkpoint, pipeline_differences
     from robot_rl.config import FINETUNE_DEFAULTS, input_pipeline
 
-    theirs, mine = Checkpoint(cfg.init_from).pipeline, input_pipeline(cfg)
+    ckpt = Checkpoint(cfg.init_from)
+    theirs, mine = ckpt.pipeline, input_pipeline(cfg)
     named = {o.split("=", 1)[0].lstrip("+") for o in overrides}
     if clash := pipeline_differences({k: v for k, v in theirs.items() if k in named}, mine):
         raise UserError(f"init_from={cfg.init_from}: its policy was trained with {clash}: drop that override")
@@ -63,7 +66,7 @@ def start_from_checkpoint(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
         said = ", ".join(f"{k}={v}" for k, v in defaults.items())
         print(f"note: init_from={cfg.init_from}: fine-tuning defaults {said} (set them to change)", file=sys.stderr)
     node = OmegaConf.structured(cfg)
-    for key, value in {**theirs, **defaults}.items():
+    for key, value in {**theirs, **defaults, "init_from": str(ckpt.path)}.items():
         OmegaConf.update(node, key, value)
     return OmegaConf.to_object(node)
 

@@ -38,6 +38,7 @@ def test_a_run_from_a_checkpoint_takes_its_input_pipeline_and_says_so(
 ) -> None:
     cfg = run_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'robot'}"])
     assert cfg.sac.normalize_frames is True and cfg.env.randomization.delay_compensation == 0.0
+    assert cfg.init_from == str(visual_run / "checkpoints" / "final")  # the folder whose pipeline was read
     err = capsys.readouterr().err
     assert "taking its input pipeline, sac.normalize_frames=True (this run: False)" in err
     # ... and the fine-tuning defaults where the command line leaves them, said on a line; a value set is kept
