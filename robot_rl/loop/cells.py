@@ -202,9 +202,13 @@ class RobotCell(Cell):
 
     def robot_minutes(self, state: RunState, env_steps: int) -> dict[str, float]:
         """Every minute the arm was busy (`real.timing.ArmClock`: training, evaluations, demos, resets) and their
-        sum. A learner node holds no arm: its training time is its env steps at the control rate."""
+        sum. A learner node holds no arm: its training time is the env steps it took in at the control rate, the rest
+        its actors' arms' (their resets and waits between episodes, as each last reported it)."""
         seconds = dict(state.arm_s)
         if self.arm is None:
+            for arm in state.actor_arm_s.values():
+                for k, v in arm.items():
+                    seconds[k] = seconds.get(k, 0.0) + v
             seconds["training"] = env_steps / self.cfg.env.control_hz
         return arm_minutes(seconds)
 

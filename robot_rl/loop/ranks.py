@@ -193,8 +193,7 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         else:
             publish(idle=not fleet[0])
             _walk(run, stats, before[0], fleet[0])
-            for e in link.episodes():
-                stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
+            take_episodes(run, link, stats)
 
 
 def _save_shard(run: TrainingRun, start: int, steps: int) -> None:
@@ -212,6 +211,14 @@ def _walk(run: TrainingRun, stats: EpisodeStats, start: int, steps: int) -> None
         run.after_step(stats)
         if run.done:
             return
+
+
+def take_episodes(run: TrainingRun, link, stats: EpisodeStats) -> None:  # noqa: ANN001
+    """The actors' episode summaries: the training success rate, and each robot actor's arm time so far."""
+    for e in link.episodes():
+        stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
+        if "arm_s" in e:
+            run.state.actor_arm_s[e["actor_id"]] = e["arm_s"]
 
 
 def actor_counts(transitions, updates: int) -> dict[str, dict]:  # noqa: ANN001

@@ -101,6 +101,7 @@ class RunState:
     startup_s: float = 0.0  # every session's before its loop: env, demos, trunk pretraining (`loop.max_minutes`)
     best_eval_success: float = 0.0
     arm_s: dict[str, float] = field(default_factory=dict)  # a robot run's arm time by activity (`real.timing.ArmClock`)
+    actor_arm_s: dict[str, dict[str, float]] = field(default_factory=dict)  # a learner node's: each actor's, so far
 
     @classmethod
     def of(cls, counters: dict) -> RunState:

@@ -63,6 +63,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
     actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
     env = make_train_env(cfg, seed, actor_classifier(cfg))
+    clock = getattr(env.unwrapped, "clock", None)  # a robot's arm time by activity (`real.timing.ArmClock`)
     lay = ObsLayout.of_env(env)
     policy = make_policy(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
     human = make_human(cfg, seed)
@@ -121,6 +122,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                     "actor_id": actor_id, "episode": actor.stats.episodes, "length": int(e.length),
                     "episode_return": float(e.episode_return), "success": bool(e.success),
                     "interventions": int(e.interventions), "policy_version": int(actor.policy_version),
+                    **({"arm_s": dict(clock.seconds)} if clock is not None else {}),
                 })  # fmt: skip
             if period:
                 next_tick += period

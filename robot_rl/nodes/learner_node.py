@@ -22,6 +22,7 @@ from robot_rl.loop.ranks import (
     rank_config,
     spawn_ranks,
     stop,
+    take_episodes,
 )
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.nodes.links import LearnerLink, learner_link, with_run_id
@@ -107,5 +108,4 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Pu
         if slice_s is not None and not run.done:
             learner.train_for(slice_s)
             publish()
-        for e in link.episodes():
-            stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
+        take_episodes(run, link, stats)

@@ -85,7 +85,7 @@ def _ros2_actor(cfg: TrainConfig, index: int, actor_id: str) -> Iterator[ActorLi
 
         def episode(summary: dict) -> None:
             pub.publish(msg(header=typesys.header_now(t.distro), task=t.task, schema_version=typesys.SCHEMA_VERSION,
-                            **summary))  # fmt: skip
+                            **{k: summary[k] for k in EPISODE_FIELDS}))  # fmt: skip
 
         yield ActorLink(TransitionSender(transport, actor_id, dist.batch_size, dist.queue_batches),
                         WeightsReceiver(transport), episode)  # fmt: skip

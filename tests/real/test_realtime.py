@@ -86,7 +86,8 @@ def test_a_learner_stall_leaves_the_control_rate_intact_and_evaluations_wait_for
 
 def test_a_stopped_learner_never_stops_the_arm_mid_episode(domain: int, tmp_path: Path) -> None:
     """`launch` in real time: SIGSTOP the learner (no weights, no credits) for 3 s. The actor finishes the episode
-    under way at the control rate on the weights it has, then waits between episodes; none is aborted."""
+    under way at the control rate on the weights it has, then waits between episodes; none is aborted. The wait is
+    arm time: the learner's summary counts it."""
     run, log_path = tmp_path / "run", tmp_path / "launch.log"
     sim = spawn("sim-robot", "--domain", str(domain))
     log = log_path.open("w")
@@ -128,4 +129,7 @@ def test_a_stopped_learner_never_stops_the_arm_mid_episode(domain: int, tmp_path
     gaps = [b - a for a, b in zip(during, during[1:], strict=False) if not any(a < r < b for r in resets)]
     assert gaps and max(gaps) < 2 * PERIOD, gaps
     assert resumed - during[-1] > 1.0, (during, resumed)  # it held between episodes, not acting on and on
+    # ... and the learner's robot time counts that wait: the actor's arm reports its resets with its episodes.
+    summary = json.loads((run / "summary.json").read_text())
+    assert 60 * summary["robot_minutes_resets"] >= resumed - during[-1] - 2 * PERIOD, summary
     print(f"learner stopped {resumed - stopped:.1f} s: {len(during)} commands, gaps {max(gaps):.3f} s at most")
