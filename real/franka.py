@@ -50,7 +50,9 @@ USER_STOPPED = 5  # FrankaRobotState.ROBOT_MODE_USER_STOPPED
 _JOINT_STATE_HZ = 30.0  # franka.launch.py joint_state_rate
 _GRIPPER_STATE_HZ = 15.0  # franka_gripper_node.yaml state_publish_rate
 _FINGER_OPEN = 0.04  # metres per finger: the sim's and franka_gripper's open position
-ERROR_WAIT_S = 0.2  # for libfranka's error text after the hardware went inactive (`FrankaLink.poll`)
+# For libfranka's error text after the hardware went inactive (`FrankaLink.poll`), once per deactivation: the arm is
+# stopped by then, and a reflex whose text came later would be misread as a fault (0.2 s missed it on a loaded box).
+ERROR_WAIT_S = 1.0
 _ERROR = re.compile(r"libfranka: (?P<text>[^\[]*?)\s*(?:\[(?P<errors>[^\]]*)\])?\s*$")
 # libfranka's Errors that a policy's commands cause (contact, limits, speed): its safety failure. Any other, as
 # communication_constraints_violation (the control PC's timing, lab logs show it with the arm standing still), is a
