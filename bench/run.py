@@ -67,7 +67,8 @@ def area_kwargs(area: str, args: argparse.Namespace) -> dict:
         }
     if area == "sim_to_robot":
         return {"quick": args.quick, "checkpoint": args.sim_to_robot_checkpoint,
-                "cells_seed": args.sim_to_robot_cells_seed, "minutes": args.sim_to_robot_minutes}  # fmt: skip
+                "cells_seed": args.sim_to_robot_cells_seed, "minutes": args.sim_to_robot_minutes,
+                "only": args.sim_to_robot_cells}  # fmt: skip
     if area == "demos":
         return {"episodes": 4, "T": 10, "reps": 1} if args.quick else {}
     return {"quick": args.quick}
@@ -86,6 +87,8 @@ def main() -> int:
                    help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
     p.add_argument("--sim-to-robot-cells-seed", type=int, default=None,
                    help="sim_to_robot: the cells of an earlier call, to go on with (default: drawn now)")  # fmt: skip
+    p.add_argument("--sim-to-robot-cells", default="",
+                   help="sim_to_robot: the drawn cells' indices to run, e.g. 2,3 (default: all)")  # fmt: skip
     p.add_argument("--sim-to-robot-minutes", type=float, default=0.0,
                    help="sim_to_robot: begin no stage after this wall clock (0: no limit)")  # fmt: skip
     p.add_argument("--task", default="pick_cube", help="robot_loop: pick_cube | peg_insert (issue #29)")
