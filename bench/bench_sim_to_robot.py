@@ -121,13 +121,14 @@ def train_sim(run: Path, quick: bool, minutes: float) -> tuple[Path, dict]:
 
 
 def robot_run(run: Path, spec: str, ckpt: Path | None, seed: int, steps: int, learned: dict, quick: bool,
-              upstream: dict) -> dict:  # fmt: skip
+              upstream: dict, may_run: bool = True) -> dict | None:  # fmt: skip
     """One real-time training run on the cell, from scratch or from `ckpt`; its summary (kept in the run dir: a
-    finished run is not run again when the bench is, unless its parameters, `upstream`'s included, changed)."""
+    finished run is not run again when the bench is, unless its parameters, `upstream`'s included, changed; None
+    where it is not kept and `may_run` is false)."""
     params = {"cell": spec, "checkpoint": str(ckpt) if ckpt else None, "seed": seed, "steps": steps,
               "args": train_args(0, learned, quick)[2:], **upstream}  # fmt: skip
     return kept(run / "bench.json", params, f"the run {run.name}",
-                lambda: _robot_run(run, spec, ckpt, seed, steps, learned, quick))  # fmt: skip
+                lambda: _robot_run(run, spec, ckpt, seed, steps, learned, quick), may_run)  # fmt: skip
 
 
 def train_args(domain: int, learned: dict, quick: bool) -> list[str]:
@@ -162,25 +163,30 @@ def zero_shot(spec: str, ckpt: Path, seed: int, episodes: int) -> dict:
     return {"deploy": json.loads(out), "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
 
 
-def kept(path: Path, params: dict, what: str, stage: Callable[[], dict]) -> dict:
+def kept(path: Path, params: dict, what: str, stage: Callable[[], dict], may_run: bool = True) -> dict | None:
     """`stage`'s result, kept at `path` with `params`: a rerun of the bench with the same parameters takes it from
-    there instead of running it again."""
+    there instead of running it again. None where it is not kept and `may_run` is false (the call's time is spent)."""
     if reusable(path, params, what):
         return json.loads(path.read_text())
+    if not may_run:
+        return None
     result = stage()
     path.write_text(json.dumps(result))
     record(path, params)
     return result
 
 
-def demos_and_classifier(work: Path, spec: str, quick: bool) -> dict:
+def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = True) -> dict | None:
     """The cell's labelled demos, collected on it by the operator, and the classifier trained on them (kept with
-    their parameters); `collect` records each episode's arm time, which every run on these demos counts."""
+    their parameters; None where they are not and `may_run` is false); `collect` records each episode's arm time,
+    which every run on these demos counts."""
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
     n_demos, hold, wander = (4, 3, 2) if quick else (12, 8, 8)
     params = {"cell": spec, "demos": n_demos, "label_frames": hold, "wander": wander, "operator": OPERATOR,
               "classifier_steps": 10 if quick else 1000}  # fmt: skip
     if not (reusable(clf, params, "the demos and classifier") and (work / "classifier.json").exists()):
+        if not may_run:
+            return None
         shutil.rmtree(store, ignore_errors=True)  # `collect --resume` below adds only to this stage's own store
         for attempt in range(8):  # `collect` ends on an aborted episode (a stale stream, a hold): go on from there
             with Cell(spec) as cell:
@@ -354,9 +360,9 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
          seeds: int = 2, scratch_steps: int = 0, finetune_steps: int = 0, deploy_episodes: int = 0,
          sim_minutes: float = 15.0, minutes: float = 0.0, only: str = "", out: Path | None = None
          ) -> list[dict]:  # fmt: skip
-    """Every cell and seed (`only`: the cells of these indices, e.g. "2,3", for calls side by side), or those begun
-    within `minutes` of wall clock (0: no limit); a later call with the same cells seed takes the finished stages and
-    goes on."""
+    """Every cell and seed (`only`: the cells of these indices, e.g. "2,3", for calls side by side). Past `minutes`
+    of wall clock (0: no limit) no stage begins, and the table takes the seeds whose stages are all kept (earlier
+    calls' too); a later call with the same cells seed goes on."""
     deadline = time.monotonic() + 60 * minutes if minutes > 0 else float("inf")
     work = (out or HERE / "results") / ("sim_to_robot_quick" if quick else "sim_to_robot")
     if quick:
@@ -382,25 +388,28 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
         cell = spec.replace(":", "-")
         if only and str(i) not in only.split(","):
             continue
-        if spent(deadline, cell):
-            break
-        learned = demos_and_classifier(work / cell, spec, quick)
+        may_run = not spent(deadline, cell)
+        learned = demos_and_classifier(work / cell, spec, quick, may_run)
+        if learned is None:
+            continue
         setup["learned"][spec] = learned
         upstream = {"sim": sim, "learned": learned["params"]}
         for seed in range(seeds):
-            if spent(deadline, f"{cell} s{seed}"):
-                break
+            may_run = may_run and not spent(deadline, f"{cell} s{seed}")
             z = kept(work / cell / f"zero_shot_s{seed}.json", {"seed": seed, "episodes": deploy_episodes, "sim": sim},
                      f"{cell} zero-shot s{seed}",
-                     lambda s=seed, c=spec: zero_shot(c, ckpt, s, deploy_episodes))  # fmt: skip
+                     lambda s=seed, c=spec: zero_shot(c, ckpt, s, deploy_episodes), may_run)  # fmt: skip
+            arms = (("scratch", None, scratch_steps), ("fine-tuned", ckpt, finetune_steps))
+            runs = {arm: robot_run(work / cell / f"{arm}_s{seed}", spec, start, seed, steps, learned, quick, upstream,
+                                   may_run) for arm, start, steps in arms}  # fmt: skip
+            if z is None or None in runs.values():
+                continue  # left to a later call
             d = z["deploy"]
             rows.append({"bench": f"{cell} zero-shot s{seed}", "cell": cell, "arm": "zero-shot", "seed": seed,
                          "success": d["success_rate"], "episodes": d["episodes"],
                          "aborted": d.get("aborted_episodes"), "robot_min": z["robot_s"] / 60.0,
                          "wall_min": z["wall_s"] / 60.0})  # fmt: skip
-            for arm, start, steps in (("scratch", None, scratch_steps), ("fine-tuned", ckpt, finetune_steps)):
-                r = robot_run(work / cell / f"{arm}_s{seed}", spec, start, seed, steps, learned, quick, upstream)
-                rows.append(curve_row(cell, arm, seed, r))
+            rows.extend(curve_row(cell, arm, seed, r) for arm, r in runs.items())
             _save(work, rows, setup, ckpt)  # a partial result survives a later stage's failure
     rows.append({**verdict(rows), "cells_seed": cells_seed, "cells": specs, "operator": OPERATOR})
     _save(work, rows, setup, ckpt)
@@ -408,11 +417,11 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
     return rows
 
 
-def spent(deadline: float, next_stage: str) -> bool:
-    """Whether this call's wall clock is spent (it says so, naming where a later call goes on)."""
+def spent(deadline: float, where: str) -> bool:
+    """Whether this call's wall clock is spent (it says so: from `where` on, only kept stages are taken)."""
     if time.monotonic() <= deadline:
         return False
-    print(f"[bench] sim_to_robot: this call's minutes are spent; {next_stage} on is left to a later call",
+    print(f"[bench] sim_to_robot: this call's minutes are spent; {where}: kept stages only",
           file=sys.stderr, flush=True)  # fmt: skip
     return True
 
