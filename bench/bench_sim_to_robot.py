@@ -88,13 +88,21 @@ def free_domain() -> tuple[int, object]:
     """A ROS domain above the tests' (1-200) that no other cell of these benches holds (a lock file each), so
     calls run side by side on other cells never share one; the domain and its held lock."""
     for domain in random.sample(range(201, 233), 32):
-        lock = open(f"/tmp/robot_rl_bench_domain_{domain}.lock", "w")  # held while the cell lives
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if (lock := try_lock(Path(f"/tmp/robot_rl_bench_domain_{domain}.lock"))) is not None:
             return domain, lock
-        except BlockingIOError:
-            lock.close()
     raise RuntimeError("every ROS domain 201-232 is held by another bench cell")
+
+
+def try_lock(path: Path) -> object | None:
+    """An open file holding an exclusive lock on `path` until it is closed (or the process ends); None where another
+    process holds it."""
+    lock = open(path, "w")  # the caller holds it open
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock
+    except BlockingIOError:
+        lock.close()
+        return None
 
 
 def robot_args(domain: int, quick: bool) -> list[str]:
@@ -388,9 +396,14 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
         cell = spec.replace(":", "-")
         if only and str(i) not in only.split(","):
             continue
+        (work / cell).mkdir(exist_ok=True)
+        if (held := try_lock(work / cell / ".lock")) is None:  # a call side by side works on it: its stages are its
+            print(f"[bench] sim_to_robot: another call holds {cell}; left to it", file=sys.stderr, flush=True)
+            continue
         may_run = not spent(deadline, cell)
         learned = demos_and_classifier(work / cell, spec, quick, may_run)
         if learned is None:
+            held.close()
             continue
         setup["learned"][spec] = learned
         upstream = {"sim": sim, "learned": learned["params"]}
@@ -411,6 +424,7 @@ def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, ce
                          "wall_min": z["wall_s"] / 60.0})  # fmt: skip
             rows.extend(curve_row(cell, arm, seed, r) for arm, r in runs.items())
             _save(work, rows, setup, ckpt)  # a partial result survives a later stage's failure
+        held.close()
     rows.append({**verdict(rows), "cells_seed": cells_seed, "cells": specs, "operator": OPERATOR})
     _save(work, rows, setup, ckpt)
     plot(rows, work / "curve.png")
