@@ -236,8 +236,8 @@ def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
         "evaluation_robot_min": sum(e["robot_s"] for e in evals) / 60.0,
         "trained_env_steps": summary.get("env_steps"),
         "replay_ratio": summary.get("replay_ratio"),  # sac.utd where the learner kept up (real time may not)
-        # The fleet's resets and waits between episodes, as its actors' arms reported them; not in the per-robot
-        # minutes above (demos, evaluations and training steps), which came before the actors reported it.
+        # The fleet's resets and waits between episodes, as its actors' arms reported them (the learner's summary).
+        # The per-robot minutes above count demos, evaluations and training steps only: this is not in them.
         "resets_robot_min": summary.get("robot_minutes_resets"),
         "cell_shares_of_steps": sorted(round(s, 3) for s in shares),
         "transitions_lost": sum(a["lost"] for a in actors.values()) if actors else None,
