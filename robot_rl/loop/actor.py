@@ -73,7 +73,8 @@ class Actor:
     ) -> None:
         """`retry_s`: pause between reset attempts while the env refuses to start an episode (e-stop pressed).
         `judged`: set to a deque to collect (frame, the person's verdict) for each frame a success classifier paid
-        for, where the intervener can `judge` (a person at a device): `loop.classifier.Refits` learns from them."""
+        for, where the intervener can `judge` (a person at a device): `loop.classifier.Refits` learns from them, and
+        a frame the person calls no success is not paid (the episode ends as on their failure key)."""
         self.env = env
         self.policy = policy
         self.intervener = intervener
@@ -168,12 +169,16 @@ class Actor:
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         # A person's success / failure key (a device intervener's `verdict`) overrides the reward at any time.
         verdict = getattr(self.intervener, "verdict", None)
+        if info.get("classifier_success") and self.judged is not None and hasattr(self.intervener, "judge"):
+            said = self.intervener.judge(self.env)
+            self.judged.append((next_obs, said))
+            # The person's no is their failure key: a payment they refused would teach the policy the very frames
+            # the refits take away from the classifier, and stay in replay long after.
+            verdict = verdict or (None if said else "failure")
         if verdict == "success":
             reward, terminated, truncated = 1.0, True, False
         elif verdict == "failure":
             reward, terminated, truncated = 0.0, False, True
-        if info.get("classifier_success") and self.judged is not None and hasattr(self.intervener, "judge"):
-            self.judged.append((next_obs, self.intervener.judge(self.env)))
         self._ep_len += 1
         self._ep_interventions += int(intervened)
         self._ep_return += float(reward)

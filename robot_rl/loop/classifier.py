@@ -208,8 +208,8 @@ class Refits:
     `classifier train` report names), the verdicts drawn as often as those within each class, so a few dozen false
     positives weigh as much as the store's negatives. The refitted copy replaces the classifier in the reward
     wrappers that `serve` named, an attribute swap, safe against an actor stepping in its own thread (real time); the
-    threshold stays. Verdicts and refitted weights are saved in the run dir, which a resume loads. Transitions
-    already rewarded stay as they were until the replay buffer drops them."""
+    threshold stays. Verdicts and refitted weights are saved in the run dir, which a resume loads. A frame the person
+    refused was never paid (`Actor.judged`); other transitions keep the reward they got until replay drops them."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, clf: RewardClassifier) -> None:
         self.clf, self.every, self.steps, self.seed = clf, cfg.reward.refit_every, cfg.reward.refit_steps, cfg.seed

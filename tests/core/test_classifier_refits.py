@@ -134,3 +134,32 @@ def test_a_person_gets_verdict_s_to_say_yes_and_silence_is_a_no() -> None:
     assert not at_once.judge(None) and at_once.device.polls == 1
     at_once.reset()
     assert not at_once.label
+
+
+class _Still:
+    """A policy that holds still."""
+
+    def select_action(self, obs) -> np.ndarray:
+        return np.zeros(4, np.float32)
+
+    def reset(self) -> None: ...
+
+
+@pytest.mark.parametrize("press_at", [None, 2])
+def test_a_frame_the_person_calls_no_success_is_not_paid(press_at: int | None) -> None:
+    """The classifier pays every frame; the person looks once after the step (poll 2: the step's own poll is 1)."""
+    from robot_rl.algos.reward_classifier import RewardClassifier
+    from robot_rl.loop.actor import Actor
+    from robot_rl.loop.human import DeviceIntervener
+
+    env = make_env(EnvConfig(), seed=0)
+    clf = RewardClassifier(env.observation_space["state"].shape[0])
+    clf.threshold.fill_(-1.0)
+    actor = Actor(ClassifierReward(env, clf.eval()), _Still(), DeviceIntervener(_Person(press_at)))
+    actor.judged = deque()
+    t = actor.step()
+    said = press_at is not None
+    assert [y for _, y in actor.judged] == [said]
+    assert (t.reward, t.terminated, t.truncated) == ((1.0, True, False) if said else (0.0, False, True))
+    assert actor.stats.episodes == 1 and actor.last_episode.success is False  # the sim's own check: no lift
+    env.close()
