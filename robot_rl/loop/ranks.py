@@ -35,6 +35,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.learner import Learner
+from robot_rl.loop.run import actor_counts
 from robot_rl.loop.trainer import TrainingRun
 
 
@@ -180,7 +181,7 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         fleet, ready, done = ranks.exchange(mine, can_sample, run.done)
         if done:  # what came in since is not trained on, nor counted
             learner.env_steps, learner.sim_steps = before[:2]
-            return ranks.gather(actor_counts(transitions, learner.updates))
+            return ranks.gather(actor_counts(transitions.actors, learner.updates))
         # Steps past the budget are not counted, so not trained on (as a lone learner's), on every rank alike.
         fleet[0] = min(fleet[0], max(0, run.cfg.loop.env_steps - before[0]))
         learner.env_steps, learner.sim_steps = before[0] + fleet[0], before[1] + fleet[1]
@@ -193,7 +194,7 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         else:
             publish(idle=not fleet[0])
             _walk(run, stats, before[0], fleet[0])
-            take_episodes(run, link, stats)
+            run.take_episodes(link.episodes(), stats)
 
 
 def _save_shard(run: TrainingRun, start: int, steps: int) -> None:
@@ -211,19 +212,3 @@ def _walk(run: TrainingRun, stats: EpisodeStats, start: int, steps: int) -> None
         run.after_step(stats)
         if run.done:
             return
-
-
-def take_episodes(run: TrainingRun, link, stats: EpisodeStats) -> None:  # noqa: ANN001
-    """The actors' episode summaries: the training success rate, and each robot actor's arm time so far."""
-    for e in link.episodes():
-        stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
-        if "arm_s" in e:
-            run.state.actor_arm_s[e["actor_id"]] = e["arm_s"]
-
-
-def actor_counts(transitions, updates: int) -> dict[str, dict]:  # noqa: ANN001
-    """Per actor: transitions taken, lost, and its policy lag in updates."""
-    return {
-        a: {"transitions": s.received, "lost": s.lost, "policy_lag": updates - s.policy_version}
-        for a, s in transitions.actors.items()
-    }

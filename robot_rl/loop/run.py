@@ -7,10 +7,10 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -212,6 +212,15 @@ class Evaluations:
             "final_mean_length": result.mean_length if result else None,
             **(randomized if len(self.cell.scenes()) > 1 else {}),
         }
+
+
+def actor_counts(actors: Mapping[str, Any], updates: int) -> dict[str, dict]:
+    """A learner's summary of its actors (a receiver's `actors`, each with `received`, `lost`, `policy_version`):
+    transitions taken, lost, and the policy lag in updates."""
+    return {
+        a: {"transitions": s.received, "lost": s.lost, "policy_lag": updates - s.policy_version}
+        for a, s in actors.items()
+    }
 
 
 def judged(entry: dict) -> tuple[float, list[float]]:

@@ -13,17 +13,8 @@ from typing import Any
 from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.learner import Learner
-from robot_rl.loop.ranks import (
-    Ranks,
-    actor_counts,
-    follow,
-    learn_in_ranks,
-    pin_device,
-    rank_config,
-    spawn_ranks,
-    stop,
-    take_episodes,
-)
+from robot_rl.loop.ranks import Ranks, follow, learn_in_ranks, pin_device, rank_config, spawn_ranks, stop
+from robot_rl.loop.run import actor_counts
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.nodes.links import LearnerLink, learner_link, with_run_id
 
@@ -58,10 +49,10 @@ def _lead(run: TrainingRun, link: LearnerLink, ranks: Ranks) -> Path:
             actors = learn_in_ranks(run, link, stats, ranks, publish)
         else:
             _learn(run, link, stats, publish)
-            actors = actor_counts(link.transitions, run.learner.updates)
+            actors = actor_counts(link.transitions.actors, run.learner.updates)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not tear the checkpoint
-        return run.finish(stats, interrupted=True, actors=actor_counts(link.transitions, run.learner.updates))
+        return run.finish(stats, interrupted=True, actors=actor_counts(link.transitions.actors, run.learner.updates))
     publish(final=True)
     link.transitions.finish()  # actors stop now, before the final evaluation, rather than wait for a restart
     # The actors' own episodes: on a robot run (no evaluations here) the only success rate there is.
@@ -108,4 +99,4 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Pu
         if slice_s is not None and not run.done:
             learner.train_for(slice_s)
             publish()
-        take_episodes(run, link, stats)
+        run.take_episodes(link.episodes(), stats)
