@@ -58,7 +58,6 @@ TICKS_HZ = 100.0  # the sim robot's physics rate: its tick count / this is the r
 # Both arms use them.
 THRESHOLD_FLOOR = 0.8
 REFIT = (10, 100)  # reward.refit_every, reward.refit_steps
-KEY_LAG_S = 0.3  # `classifier train --key-lag-s`, its default: recorded, so a classifier trained without it is redone
 OPERATOR = "person"  # intervention.operator: a person's reaction, verdicts and eyes (`demos/teleop/simulated.py`)
 
 
@@ -192,7 +191,7 @@ def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = Tru
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
     n_demos, hold, wander = (4, 3, 2) if quick else (12, 8, 8)
     params = {"cell": spec, "demos": n_demos, "label_frames": hold, "wander": wander, "operator": OPERATOR,
-              "classifier_steps": 10 if quick else 1000, "key_lag_s": KEY_LAG_S}  # fmt: skip
+              "classifier_steps": 10 if quick else 1000}  # fmt: skip
     if not (reusable(clf, params, "the demos and classifier") and (work / "classifier.json").exists()):
         if not may_run:
             return None
@@ -208,8 +207,7 @@ def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = Tru
                     if not re.search(r"(StaleDataError|RobotHold|SafetyStop):", str(e)) or attempt == 7:
                         raise
         steps = str(params["classifier_steps"])
-        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", steps,
-                                "--key-lag-s", str(KEY_LAG_S)))  # fmt: skip
+        report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", steps))
         (work / "classifier.json").write_text(json.dumps(report, indent=1))
         record(clf, params)
     report = json.loads((work / "classifier.json").read_text())
