@@ -185,13 +185,13 @@ def kept(path: Path, params: dict, what: str, stage: Callable[[], dict], may_run
 
 
 def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = True) -> dict | None:
-    """The cell's labelled demos, collected on it by the operator, and the classifier trained on them (kept with
-    their parameters; None where they are not and `may_run` is false); `collect` records each episode's arm time,
-    which every run on these demos counts."""
+    """The cell's labelled demos, driven and labelled on it by the operator (a person's keys lag and err), and the
+    classifier trained on them (kept with their parameters; None where they are not and `may_run` is false);
+    `collect` records each episode's arm time, which every run on these demos counts."""
     store, clf = work / "demos.zarr", work / "classifier.safetensors"
     n_demos, hold, wander = (4, 3, 2) if quick else (12, 8, 8)
     params = {"cell": spec, "demos": n_demos, "label_frames": hold, "wander": wander, "operator": OPERATOR,
-              "classifier_steps": 10 if quick else 1000}  # fmt: skip
+              "demos_operator": OPERATOR, "classifier_steps": 10 if quick else 1000}  # fmt: skip
     if not (reusable(clf, params, "the demos and classifier") and (work / "classifier.json").exists()):
         if not may_run:
             return None
@@ -201,7 +201,8 @@ def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = Tru
                 try:
                     cli("collect", str(store), "--robot", "sim", "--domain", str(cell.domain), "-n", str(n_demos),
                         "--teleop", "simulated", "--label-frames", str(hold), "--obs", "pixels",
-                        "--wander", str(wander), "--no-fsync", *(["--resume"] if store.exists() else []))  # fmt: skip
+                        "--wander", str(wander), "--operator", OPERATOR, "--no-fsync",
+                        *(["--resume"] if store.exists() else []))  # fmt: skip
                     break
                 except RuntimeError as e:
                     if not re.search(r"(StaleDataError|RobotHold|SafetyStop):", str(e)) or attempt == 7:

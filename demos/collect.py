@@ -242,6 +242,7 @@ def run_episode(
         "task": task,
         "instruction": instruction,
         "device": device.name,
+        **({"operator": device.operator} if hasattr(device, "operator") else {}),
         "intervened_steps": n_interv,
         "policy_version": policy_version if policy is not None else None,
         "cameras": cams,
@@ -423,11 +424,13 @@ def collect(
     device_name: str = "scripted",
     noise: float = 0.0,
     wander: int = 0,
+    person: Any = None,
     resume: bool = False,
     fsync: bool = True,
 ) -> CollectStats:
     """`robot-rl collect`: episodes driven by `device_name` into the store at `store_path` (created, or extended
-    with `resume`) until it holds `n_episodes`; a person at the terminal starts and judges each episode."""
+    with `resume`) until it holds `n_episodes`; a person at the terminal starts and judges each episode. `person`:
+    the simulated operator's limits (a `PersonConfig`: it drives and labels as a person would; None: an oracle)."""
     import contextlib
 
     from robot_rl.demos.teleop import UNATTENDED, make_device
@@ -446,7 +449,7 @@ def collect(
             robot = load_robot_config(cfg.robot, list(cfg.robot_overrides))
             eyes = SceneWatcher(robot, fixture=cfg.task == "PegInsert")  # an insertion: where the hole is
         # a missing device fails first
-        device = make_device(device_name, seed=cfg.seed, noise_std=noise, eyes=eyes, wander=wander)
+        device = make_device(device_name, seed=cfg.seed, noise_std=noise, eyes=eyes, wander=wander, person=person)
         session.callback(device.close)
         operator = session.enter_context(Operator()) if human else None
         if device_name == "keyboard":

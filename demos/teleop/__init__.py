@@ -24,10 +24,11 @@ __all__ = [
 
 
 def make_device(
-    name: str, seed: int | None = None, noise_std: float = 0.0, eyes: Any = None, wander: int = 0
+    name: str, seed: int | None = None, noise_std: float = 0.0, eyes: Any = None, wander: int = 0, person: Any = None
 ) -> TeleopDevice:
     """`eyes`: what the simulated operator sees of the scene (`real.scene.SceneWatcher` on the sim robot); `wander`:
-    its steps of showing a failure before each episode's task."""
+    its steps of showing a failure before each episode's task; `person`: its limits (a `PersonConfig`; None: an
+    oracle)."""
     if name == "scripted":
         return ScriptedDevice(noise_std=noise_std, seed=seed)
     if name == "simulated":
@@ -35,7 +36,7 @@ def make_device(
 
         if eyes is None:
             raise ValueError("the simulated operator needs eyes on the scene: it runs against the sim robot only")
-        return SimulatedOperator(eyes, seed=seed, wander=wander)
+        return SimulatedOperator(eyes, seed=seed, wander=wander, person=person)
     if name == "spacemouse":
         from robot_rl.demos.teleop.spacemouse import open_spacemouse
 

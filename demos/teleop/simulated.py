@@ -78,6 +78,11 @@ class SimulatedOperator:
         self._intervene = False
         self.reset()
 
+    @property
+    def operator(self) -> str:
+        """What a run's summary and a store's episodes call it."""
+        return "oracle" if self.person is None else "person"
+
     def reset(self) -> None:
         self._grip = -1.0
         self._saw_success = False

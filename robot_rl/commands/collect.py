@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float, default=0.0, help="--teleop scripted: action noise std")
     p.add_argument("--wander", type=int, default=0, metavar="N", help="--teleop simulated: first N steps of each "
                    "episode to a random pose and gripper (failure frames for a classifier)")  # fmt: skip
+    p.add_argument("--operator", choices=("oracle", "person"), default="oracle", help="--teleop simulated: an "
+                   "oracle (exact poses and success), or with a person's limits (intervention.person's defaults: "
+                   "estimated poses, late and sometimes wrong success keys)")  # fmt: skip
     p.add_argument("--control-hz", type=float, default=None, help="control rate (default: 10 for human devices, "
                    "unpaced scripted; with --robot the robot config's)")  # fmt: skip
     p.add_argument("--no-fsync", action="store_true", help="faster; survives process crashes, not power loss")
@@ -75,6 +78,7 @@ def main(argv: list[str]) -> int:
     from robot_rl.configs import task_option
     from robot_rl.demos.collect import HUMAN_EPISODE_S, CollectConfig, collect
     from robot_rl.demos.teleop import UNATTENDED
+    from robot_rl.sim.config import PersonConfig
 
     p = build_parser()
     ns = p.parse_args(argv)
@@ -85,6 +89,8 @@ def main(argv: list[str]) -> int:
     robot_overrides = (*ns.robot_set, *([f"domain_id={ns.domain}"] if ns.domain is not None else []))
     if ns.episodes < 1 or hz < 0 or ns.max_steps < 0 or ns.image_size < 1 or ns.label_frames < 0:
         raise UserError("--episodes and --image-size must be >= 1, --control-hz, --max-steps and --label-frames >= 0")
+    if ns.operator == "person" and ns.teleop != "simulated":
+        raise UserError("--operator person is the simulated operator's: add --teleop simulated")
     env_cfg = load_config(
         [f"task={task_option(ns.task)}", *([f"sim={ns.sim}"] if ns.sim else []), *(f"env.{kv}" for kv in ns.env)]
     ).env
@@ -105,8 +111,9 @@ def main(argv: list[str]) -> int:
         control_hz=ns.control_hz or 0.0,
         label_frames=ns.label_frames,
     )
+    person = PersonConfig() if ns.operator == "person" else None
     stats = collect(cfg, ns.store, ns.episodes, device_name=ns.teleop, noise=ns.noise, wander=ns.wander,
-                    resume=ns.resume, fsync=not ns.no_fsync)  # fmt: skip
+                    person=person, resume=ns.resume, fsync=not ns.no_fsync)  # fmt: skip
     mb = stats.bytes_written / 1e6
     print(
         f"collected {stats.kept} episodes in {ns.store} ({stats.steps} steps, {mb:.1f} MB raw, "

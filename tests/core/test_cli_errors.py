@@ -89,6 +89,7 @@ CASES = [
     ("collect {b}/new -n 1 --task PickCub", "--task PickCub: unknown task; expected one of"),
     ("collect {b}/pixel -n 1", "pass --resume"),
     ("collect {b}/new -n 0", "must be >= 1"),
+    ("collect {b}/new -n 1 --operator person", "--operator person is the simulated operator's: add --teleop simulated"),
     ("report {b}/half", "holds a finished run"),
     ("eval {b}/nothing", "no such run dir"),
     ("eval {b}/half", "neither a run dir nor a checkpoint"),

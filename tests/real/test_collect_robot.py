@@ -1,4 +1,5 @@
-"""`robot-rl collect --robot sim` against a lockstep sim robot process: episodes recorded through RobotEnv."""
+"""`robot-rl collect --robot sim` against a lockstep sim robot process: episodes recorded through RobotEnv, driven by
+the simulated operator with a person's limits (`--operator person`)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
     sim = spawn("sim-robot", "--lockstep", "--domain", str(domain), "--cameras", "front,wrist")
     try:
         col = spawn("collect", str(store), "--robot", "sim", "--domain", str(domain),
-                    "--robot-set", "lockstep=true", "-n", "2", "--teleop", "simulated", "--max-steps", str(STEPS),
-                    "--no-fsync")  # fmt: skip
+                    "--robot-set", "lockstep=true", "-n", "2", "--teleop", "simulated", "--operator", "person",
+                    "--max-steps", str(STEPS), "--no-fsync")  # fmt: skip
         out, err = col.communicate(timeout=120)
         assert col.returncode == 0, err[-3000:]
     finally:
@@ -32,7 +33,8 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             ep, meta = st.episode(i), st.meta(i)
             assert meta["robot"]["name"] == "sim" and meta["robot"]["lockstep"] is True
             assert meta["robot"]["domain_id"] == domain and meta["env"] is None
-            assert meta["device"] == "simulated" and meta["cameras"] == ["front", "wrist"]
+            assert meta["device"] == "simulated" and meta["operator"] == "person"
+            assert meta["cameras"] == ["front", "wrist"]
             lay = meta["state_layout"]
             assert lay["tcp_minus_cube_start"] == [0, 3] and lay["cube_minus_tcp"] == [10, 13]
             # ... then what a robot run trains on besides: TCP position and yaw, joints, the wrench.
@@ -47,7 +49,7 @@ def test_collect_on_the_robot_backend_records_stamped_episodes_that_name_the_rob
             np.testing.assert_array_equal(ep["front_timestamp"], ts)
             np.testing.assert_array_equal(ep["wrist_timestamp"], ts)
             assert (np.diff(ep["timestamp"]) > 0).all()
-            # The simulated operator reached for the cube from what it observed: the TCP ended nearer to it.
+            # The simulated person reached for the cube from what they saw: the TCP ended nearer to it.
             d = np.linalg.norm(ep["state"][:, 10:13], axis=1)  # cube_minus_tcp
             assert d[-1] < d[0] - 0.02, d.round(3)
             # What the episode cost the arm: its steps at the control rate (lockstep; resets by topic are free)
