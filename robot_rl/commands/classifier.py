@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-fpr", type=float, default=0.01, help="false-positive rate the threshold allows")
     t.add_argument("--val", type=float, default=0.2, help="fraction of episodes that pick the threshold")
     t.add_argument("--test", type=float, default=0.2, help="fraction of episodes held out for the report")
+    t.add_argument("--key-lag-s", type=float, default=None, help="frames this long before a success label turns on "
+                   "are left out: a person's key lags what they see (default: 1 s where a person labelled, 0 where "
+                   "an oracle did: the scripted device, the simulated operator without --operator person)")  # fmt: skip
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=0, help="torch threads (0: the fastest count, measured, as `train`)")
     e = sub.add_parser("eval", help="precision / recall / false-positive rate on a labelled store")
@@ -59,12 +62,13 @@ def main(argv: list[str]) -> int:
         from robot_rl.loop.classifier import train_classifier
 
         resolve_out(p, ns)
-        if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1):
-            raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1)")
+        lag = ns.key_lag_s if ns.key_lag_s is not None else 0.0
+        if ns.steps < 1 or not 0.0 <= ns.max_fpr < 1.0 or not (0 < ns.val < 1 and 0 < ns.test < 1) or lag < 0:
+            raise UserError("--steps must be >= 1, --max-fpr in [0, 1), --val and --test in (0, 1), --key-lag-s >= 0")
         cams = [c for c in ns.cameras.split(",") if c] if ns.cameras is not None else None
         torch.set_num_threads(ns.threads or fastest_threads())  # oversubscribed threads crawl on a small box
         report = train_classifier(ns.store, ns.out, cameras=cams, steps=ns.steps, max_fpr=ns.max_fpr,
-                                  val_frac=ns.val, test_frac=ns.test, seed=ns.seed)  # fmt: skip
+                                  val_frac=ns.val, test_frac=ns.test, key_lag_s=ns.key_lag_s, seed=ns.seed)  # fmt: skip
         print(f"saved {ns.out}; test episodes {report['episodes']['test']}: {report['test']}", file=sys.stderr)
         warn_of_low_recall(report)
     else:

@@ -4,6 +4,13 @@ Frames come from a store recorded with `collect --label-frames N` (rows carry `l
 that row's observation). The classifier reads what a robot run's policy reads: the cameras and the proprio fields
 (`robot_rl.types.PROPRIO_FIELDS`, picked from the stored state by name), never an object pose.
 
+A person's success key lags what they see, so the frames just before a success label turns on may show the success
+labelled as none; those within `key_lag_s` of the key are left out (neither kind), or the threshold, kept above every
+validation negative, would sit above the successes themselves. The simulated person's key came 8 frames (0.8 s at
+10 Hz) after the cube passed the 5 cm that counts as lifted. An oracle's labels (the scripted device, the simulated
+operator without a person's limits) do not lag: there the frames before the key are the nearest misses, the most
+telling negatives, and are kept.
+
 Episodes, not frames, are split into train / validation / test: frames of one episode are near-copies of each
 other, so a frame split would measure memory, not generalisation. The threshold is picked on the validation
 episodes (`pick_threshold`: false-positive rate at most `--max-fpr` there, the most recall that allows, in the middle
@@ -64,8 +71,24 @@ def proprio_columns(stored: dict[str, list[int]]) -> tuple[np.ndarray, dict[str,
     return np.concatenate(idx), layout
 
 
-def load_frames(store_path: Path, cameras: list[str] | None = None) -> tuple[list[ClassifierData], dict[str, Any]]:
-    """One `ClassifierData` per episode, and the observation layout they share (state fields, cameras, size)."""
+PERSON_KEY_LAG_S = 1.0  # a person's key after the scene changed: a choice reaction and a look (PersonConfig: 0.75 s)
+
+
+def key_lag(meta: dict[str, Any], key_lag_s: float | None) -> float:
+    """Seconds before a success label's onset to leave out of an episode: `key_lag_s`, or by who labelled it (None):
+    a person `PERSON_KEY_LAG_S`, an oracle 0."""
+    if key_lag_s is not None:
+        return key_lag_s
+    oracle = meta.get("device") == "scripted" or (meta.get("device") == "simulated" and meta.get("operator", "oracle")
+                                                  == "oracle")  # fmt: skip
+    return 0.0 if oracle else PERSON_KEY_LAG_S
+
+
+def load_frames(
+    store_path: Path, cameras: list[str] | None = None, key_lag_s: float | None = 0.0
+) -> tuple[list[ClassifierData], dict[str, Any]]:
+    """One `ClassifierData` per episode, less the frames within its key lag (`key_lag`) before each success label's
+    onset, and the observation layout they share (state fields, cameras, size)."""
     episodes, layout = [], None
     with EpisodeStore(store_path, "r") as st:
         if not len(st):
@@ -87,9 +110,21 @@ def load_frames(store_path: Path, cameras: list[str] | None = None) -> tuple[lis
             if layout is not None and this != layout:
                 raise UserError(f"{store_path} episode {i} observes {this}, episode 0 {layout}: one layout per store")
             layout = this
-            obs = {"state": ep["state"][:, idx].astype(np.float32), **{c: ep[c] for c in cams}}
-            episodes.append(ClassifierData(obs, ep["label"].astype(np.float32)))
+            lag_s = key_lag(meta, key_lag_s)
+            keep = sure_frames(ep["label"], round(lag_s * (meta.get("robot") or {}).get("control_hz", 0.0)))
+            obs = {"state": ep["state"][keep][:, idx].astype(np.float32), **{c: ep[c][keep] for c in cams}}
+            episodes.append(ClassifierData(obs, ep["label"][keep].astype(np.float32)))
     return episodes, layout
+
+
+def sure_frames(labels: np.ndarray, lag: int) -> np.ndarray:
+    """Indices of the frames not within `lag` frames before a success label's onset."""
+    on = labels > 0.5
+    onsets = np.flatnonzero(on & ~np.concatenate([[False], on[:-1]]))
+    unsure = np.zeros(len(labels), bool)
+    for i in onsets:
+        unsure[max(0, i - lag) : i] = True
+    return np.flatnonzero(~unsure)
 
 
 def join(parts: list[ClassifierData]) -> ClassifierData:
@@ -106,12 +141,13 @@ def train_classifier(
     max_fpr: float = 0.01,
     val_frac: float = 0.2,
     test_frac: float = 0.2,
+    key_lag_s: float | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Trains on the train episodes, picks the threshold on the validation ones, reports the test ones; saves the
     classifier (threshold and layout inside) to `out` and returns the report."""
     torch.manual_seed(seed)
-    episodes, layout = load_frames(store, cameras)
+    episodes, layout = load_frames(store, cameras, key_lag_s)
     if len(episodes) < 3:
         raise UserError(f"{len(episodes)} labelled episode(s): need at least 3 (train, validation and test episodes)")
     tr, va, te = split_episodes(len(episodes), val_frac, seed, test_fraction=test_frac)
@@ -136,6 +172,7 @@ def train_classifier(
         "train": rates_at(success_probs(clf, train.obs), train.labels, threshold),
         "episodes": {"train": sorted(tr), "validation": sorted(va), "test": sorted(te)},
         "store": str(store),
+        "key_lag_s": key_lag_s,
         "steps": steps,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -146,12 +183,18 @@ def train_classifier(
 def eval_classifier(path: Path, store: Path, threshold: float | None = None) -> dict[str, Any]:
     """Rates of a saved classifier on every labelled frame of `store` (e.g. episodes recorded after training)."""
     clf, meta = load_classifier(path)
-    episodes, layout = load_frames(store, meta["cameras"])
+    episodes, layout = load_frames(store, meta["cameras"], lag_of(meta))
     if layout["state_layout"] != meta["state_layout"]:
         raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads {meta['state_layout']}")
     data = join(episodes)
     thr = float(clf.threshold) if threshold is None else threshold
     return {"threshold": thr, "episodes": len(episodes), **rates_at(success_probs(clf, data.obs), data.labels, thr)}
+
+
+def lag_of(meta: dict[str, Any]) -> float | None:
+    """The key lag a saved classifier's frames were read with (`key_lag`'s argument; 0 for one trained before it
+    was kept)."""
+    return (meta.get("report") or {}).get("key_lag_s", 0.0)
 
 
 def run_classifier(cfg: TrainConfig, run_dir: Path, layout: ObsLayout) -> RewardClassifier:
@@ -220,7 +263,7 @@ class Refits:
             where = f"{store} is gone" if store else "its file names no store"
             raise UserError(f"reward.refit_every refits the classifier on the frames it was trained on: {where} "
                             "(train it with `robot-rl classifier train STORE`, keep the store there)")  # fmt: skip
-        episodes, layout = load_frames(Path(store), self.meta["cameras"])
+        episodes, layout = load_frames(Path(store), self.meta["cameras"], lag_of(self.meta))
         if layout["state_layout"] != self.meta["state_layout"]:
             raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads "
                             f"{self.meta['state_layout']}")  # fmt: skip
