@@ -35,7 +35,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.learner import Learner
-from robot_rl.loop.run import actor_counts
+from robot_rl.loop.run import actor_counts, take_episodes
 from robot_rl.loop.trainer import TrainingRun
 
 
@@ -194,7 +194,7 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         else:
             publish(idle=not fleet[0])
             _walk(run, stats, before[0], fleet[0])
-            run.take_episodes(link.episodes(), stats)
+            take_episodes(run.state, link.episodes(), stats)
 
 
 def _save_shard(run: TrainingRun, start: int, steps: int) -> None:

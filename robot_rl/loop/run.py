@@ -7,7 +7,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from robot_rl.loop.checks import check_demo_store, check_run_dir
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
+    from robot_rl.loop.actor import EpisodeStats
     from robot_rl.loop.cells import Cell
 
 
@@ -212,6 +213,15 @@ class Evaluations:
             "final_mean_length": result.mean_length if result else None,
             **(randomized if len(self.cell.scenes()) > 1 else {}),
         }
+
+
+def take_episodes(state: RunState, episodes: Iterable[dict], stats: EpisodeStats) -> None:
+    """A learner node's actors' episode summaries: the training success rate, and each robot actor's arm time so far
+    (into the run state, which checkpoints keep)."""
+    for e in episodes:
+        stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
+        if "arm_s" in e:
+            state.actor_arm_s[e["actor_id"]] = e["arm_s"]
 
 
 def actor_counts(actors: Mapping[str, Any], updates: int) -> dict[str, dict]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import signal
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
@@ -188,14 +187,6 @@ class TrainingRun:
                 fresh = self.evaluate(loop.confirm_episodes, confirm=True) if loop.confirm_episodes else None
                 self.done = self.evals.confirms(fresh, self.last_eval, step, self.bar.write)
         self._check_budget()
-
-    def take_episodes(self, episodes: Iterable[dict], stats: EpisodeStats) -> None:
-        """The actors' episode summaries (a learner node's): the training success rate, and each robot actor's arm
-        time so far."""
-        for e in episodes:
-            stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
-            if "arm_s" in e:
-                self.state.actor_arm_s[e["actor_id"]] = e["arm_s"]
 
     def _changed(self, step: int) -> bool:
         if self.evals.changed(self.learner.updates):

@@ -14,7 +14,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import EpisodeStats
 from robot_rl.loop.learner import Learner
 from robot_rl.loop.ranks import Ranks, follow, learn_in_ranks, pin_device, rank_config, spawn_ranks, stop
-from robot_rl.loop.run import actor_counts
+from robot_rl.loop.run import actor_counts, take_episodes
 from robot_rl.loop.trainer import TrainingRun
 from robot_rl.nodes.links import LearnerLink, learner_link, with_run_id
 
@@ -99,4 +99,4 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Pu
         if slice_s is not None and not run.done:
             learner.train_for(slice_s)
             publish()
-        run.take_episodes(link.episodes(), stats)
+        take_episodes(run.state, link.episodes(), stats)
