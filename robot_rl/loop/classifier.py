@@ -85,10 +85,11 @@ def key_lag(meta: dict[str, Any], key_lag_s: float | None) -> float:
 
 
 def load_frames(
-    store_path: Path, cameras: list[str] | None = None, key_lag_s: float | None = 0.0
+    store_path: Path, cameras: list[str] | None, key_lag_s: float | None
 ) -> tuple[list[ClassifierData], dict[str, Any]]:
-    """One `ClassifierData` per episode, less the frames within its key lag (`key_lag`) before each success label's
-    onset, and the observation layout they share (state fields, cameras, size)."""
+    """One `ClassifierData` per episode of the `cameras` (None: all the store recorded), less the frames within its
+    key lag (`key_lag`) before each success label's onset, and the observation layout they share (state fields,
+    cameras, size)."""
     episodes, layout = [], None
     with EpisodeStore(store_path, "r") as st:
         if not len(st):
