@@ -129,14 +129,14 @@ def train_sim(run: Path, quick: bool, minutes: float) -> tuple[Path, dict]:
 
 
 def robot_run(run: Path, spec: str, ckpt: Path | None, seed: int, steps: int, learned: dict, quick: bool,
-              upstream: dict, may_run: bool = True) -> dict | None:  # fmt: skip
-    """One real-time training run on the cell, from scratch or from `ckpt`; its summary (kept in the run dir: a
-    finished run is not run again when the bench is, unless its parameters, `upstream`'s included, changed; None
-    where it is not kept and `may_run` is false)."""
+              upstream: dict, may_run: bool = True, extra: tuple[str, ...] = ()) -> dict | None:  # fmt: skip
+    """One real-time training run on the cell, from scratch or from `ckpt` (`extra`: more `train` overrides); its
+    summary (kept in the run dir: a finished run is not run again when the bench is, unless its parameters,
+    `upstream`'s included, changed; None where it is not kept and `may_run` is false)."""
     params = {"cell": spec, "checkpoint": str(ckpt) if ckpt else None, "seed": seed, "steps": steps,
-              "args": train_args(0, learned, quick)[2:], **upstream}  # fmt: skip
+              "args": [*train_args(0, learned, quick)[2:], *extra], **upstream}  # fmt: skip
     return kept(run / "bench.json", params, f"the run {run.name}",
-                lambda: _robot_run(run, spec, ckpt, seed, steps, learned, quick), may_run)  # fmt: skip
+                lambda: _robot_run(run, spec, ckpt, seed, steps, learned, quick, extra), may_run)  # fmt: skip
 
 
 def train_args(domain: int, learned: dict, quick: bool) -> list[str]:
@@ -151,13 +151,14 @@ def train_args(domain: int, learned: dict, quick: bool) -> list[str]:
             "loop.eval_at_start=true", f"loop.stop_at_success={GOAL}", *every]  # fmt: skip
 
 
-def _robot_run(run: Path, spec: str, ckpt: Path | None, seed: int, steps: int, learned: dict, quick: bool) -> dict:
+def _robot_run(run: Path, spec: str, ckpt: Path | None, seed: int, steps: int, learned: dict, quick: bool,
+               extra: tuple[str, ...] = ()) -> dict:  # fmt: skip
     shutil.rmtree(run, ignore_errors=True)  # a run of other parameters, or one cut short, starts again
     run.mkdir(parents=True)
     t = time.perf_counter()
     with Cell(spec) as cell:
         cli("train", *train_args(cell.domain, learned, quick), f"run_dir={run}", f"seed={seed}",
-            f"loop.env_steps={steps}", *([f"init_from={ckpt}"] if ckpt else []))  # fmt: skip
+            f"loop.env_steps={steps}", *([f"init_from={ckpt}"] if ckpt else []), *extra)  # fmt: skip
     summary = json.loads((run / "summary.json").read_text())
     return {"summary": summary, "robot_s": cell.robot_s, "wall_s": time.perf_counter() - t}
 
@@ -317,14 +318,14 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-# The check's arms: the defaults, and the learning_starts the defaults had before #54 (updates from the first step).
-DEFAULT_ARMS = {"defaults": [], "updates from step 0": ["loop.learning_starts=0"]}
+# The check's arms: the defaults, and the defaults before #54 (updates from the first step, nothing held).
+DEFAULT_ARMS = {"defaults": [], "before": ["loop.learning_starts=0", "sac.frozen_encoder=false", "sac.anchor=0"]}
 
 
 def defaults_check(ckpt: Path, work: Path, seeds: int = 2, steps: int = 1800) -> list[dict]:
     """#54 acceptance 3: `train robot=sim init_from=<sim run>` with the defaults only (no demos, no person, the
-    success topic as reward, the fine-tuning defaults) on the nominal real-time sim robot, beside the same with
-    updates from step 0; measurement keys only: evaluations every 300 env steps, the step-0 one, no early stop.
+    success topic as reward, the fine-tuning defaults) on the nominal real-time sim robot, beside the defaults
+    before #54 (`DEFAULT_ARMS`); measurement keys only: evaluations every 300 env steps, the step-0 one, no early stop.
     Goal: no evaluation in the first 3 robot-minutes of training more than 0.2 below step 0's."""
     rows = []
     for seed in range(seeds):
@@ -357,6 +358,35 @@ def _defaults_run(ckpt: Path, run: Path, seed: int, steps: int, extra: list[str]
             "loop.eval_every=300", "loop.stop_at_success=2", "loop.checkpoint_every=0", "threads=1",
             f"run_dir={run}", *extra)  # fmt: skip
     return {"summary": json.loads((run / "summary.json").read_text()), "wall_s": time.perf_counter() - t}
+
+
+# The fine-tuning settings screened on validation cells (#54 item 6): the defaults, and the defaults before the
+# encoder was held and the actor anchored (`config.FINETUNE_DEFAULTS`).
+SCREEN_ARMS = {"defaults": (), "unanchored": ("sac.frozen_encoder=false", "sac.anchor=0")}
+
+
+def finetune_screen(ckpt: Path, work: Path, cells_seed: int, only: str, seeds: int, steps: int) -> list[dict]:
+    """#54 item 6 on validation cells: an earlier draw's cells (`cells_seed`), their kept demos and classifier,
+    the fine-tuned arm under each of `SCREEN_ARMS`, as the draw ran it. Per run: success at step 0 and at the first
+    evaluation after updates began, the worst fall below step 0, the first crossing and the confirmed point."""
+    rows = []
+    for i, spec in enumerate(draw_specs(5, cells_seed)):
+        cell = work / spec.replace(":", "-")
+        if (only and str(i) not in only.split(",")) or not (cell / "classifier.json").exists():
+            continue
+        report = json.loads((cell / "classifier.json").read_text())
+        learned = {"store": str(cell / "demos.zarr"), "classifier": str(cell / "classifier.safetensors"),
+                   "threshold": max(report["threshold"], THRESHOLD_FLOOR)}  # fmt: skip
+        for seed in range(seeds):
+            for arm, extra in SCREEN_ARMS.items():
+                r = robot_run(cell / f"screen-{arm}_s{seed}", spec, ckpt, seed, steps, learned, False,
+                              {"screen": arm}, extra=extra)  # fmt: skip
+                row = curve_row(cell.name, arm, seed, r)
+                evals = [e for e in r["summary"]["evals"] if not e.get("confirm")]
+                rows.append({**row, "after_updates_success": evals[1]["success_rate"] if len(evals) > 1 else None,
+                             "worst_drop": round(evals[0]["success_rate"] - min(e["success_rate"] for e in evals), 3),
+                             "extra": list(extra)})  # fmt: skip
+    return rows
 
 
 def draw_specs(n: int, seed: int) -> list[str]:
@@ -467,7 +497,22 @@ if __name__ == "__main__":
         action="store_true",
         help="only #54's check of the fine-tuning defaults on the nominal sim robot (needs --checkpoint)",
     )
+    p.add_argument("--finetune-screen", action="store_true",
+                   help="only #54's screen of the fine-tuning settings on an earlier draw's cells (--cells-seed, "
+                        "--checkpoint; kept demos and classifiers)")  # fmt: skip
     a = p.parse_args()
+    if a.finetune_screen:
+        from common import provenance, run_name, write_run
+
+        started = time.time()
+        rows = finetune_screen(a.checkpoint, HERE / "results" / "sim_to_robot", a.cells_seed, a.only_cells, a.seeds,
+                               a.finetune_steps or 1800)  # fmt: skip
+        params = {"argv": sys.argv[1:], "checkpoint": str(a.checkpoint), "cells_seed": a.cells_seed,
+                  "arms": {k: list(v) for k, v in SCREEN_ARMS.items()}}  # fmt: skip
+        print(to_markdown(rows))
+        print(write_run(HERE / "results", "sim_to_robot", run_name(f"screen-{a.cells_seed}", started), params, rows,
+                        started, time.time() - started, provenance()))  # fmt: skip
+        sys.exit(0)
     if a.defaults_check:
         from common import provenance, run_name, write_run
 

@@ -173,8 +173,12 @@ class Checkpoint:
             )
         if diff := pipeline_differences(self.pipeline, input_pipeline(cfg)):
             raise UserError(f"init_from={self.path}: its policy was trained with {diff}; set the checkpoint's values")
+        weights = {k: v for k, v in self.weights(device).items() if not k.startswith("anchor_head.")}
+        if getattr(model, "anchor_head", None) is not None:  # the policy it starts from, which it is held near
+            weights |= {"anchor_head." + k.removeprefix("policy.head."): v for k, v in weights.items()
+                        if k.startswith("policy.head.")}  # fmt: skip
         try:
-            model.load_state_dict(self.weights(device))
+            model.load_state_dict(weights)
         except RuntimeError as e:
             first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
             raise UserError(

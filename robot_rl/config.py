@@ -248,6 +248,7 @@ MINIMUM = {
     "sac.batch_size": 1,
     "sac.utd": 1,
     "sac.stored_views": 1,
+    "sac.anchor": 0.0,
     "bc.steps": 1,
     "bc.batch_size": 1,
     "seed": 0,
@@ -278,10 +279,12 @@ CHOICES = {
 # otherwise misreads every frame or state, silently. A run started from a checkpoint (`init_from`) takes them from it.
 INPUT_PIPELINE = ("sac.normalize_frames", "env.obs_frame", "env.randomization.delay_compensation")
 # What a run started from a checkpoint (`init_from`) defaults to where the command line leaves them, so fine-tuning
-# keeps what the sim taught: the starting policy fills the replay buffer before anything is updated, and the critic
-# fits the new place's data before its gradient moves the actor. Updates from the first step on the arm's first
-# transitions took a sim camera policy from 1.00 to 0.04 in 300 env steps (#54).
-FINETUNE_DEFAULTS = {"loop.learning_starts": 200}
+# keeps what the sim taught: the starting policy fills the replay buffer before anything is updated (updates from
+# the first step took a sim camera policy from 1.00 to 0.04 in 300 env steps), the encoder is held, and the actor
+# is anchored at the starting policy (`SACConfig.anchor`): without them the first 100 updates on a drawn cell's few
+# hundred frames moved the policy's actions about 4x as far as 100 updates of the sim run on its own data, and the
+# success often fell at the first evaluation after updates began (#54; docs/log/benchmarks.md, "Sim to robot").
+FINETUNE_DEFAULTS = {"loop.learning_starts": 200, "sac.frozen_encoder": True, "sac.anchor": 0.1}
 
 
 def input_pipeline(cfg: TrainConfig) -> dict[str, Any]:
@@ -312,6 +315,8 @@ def _which(can: Callable[[Algorithm], bool]) -> str:
 def _algo_problem(cfg: TrainConfig) -> str:
     if not 0.0 <= cfg.sac.augment_gray <= 1.0:
         return f"sac.augment_gray={cfg.sac.augment_gray}: a probability, give one in [0, 1]"
+    if cfg.sac.anchor and not cfg.init_from:
+        return f"sac.anchor={cfg.sac.anchor} holds the actor near the policy it starts from: give init_from=<run>"
     algo = algorithm(cfg.algo)
     if problem := algo.problem(cfg):
         return problem

@@ -55,6 +55,14 @@ class SACConfig:
     # only. Costs this many trunk passes per stored frame and times the feature memory.
     stored_views: int = 1
     zero_init_actor: bool = False  # last actor layer starts at zero: residual RL's step 0 is exactly the base
+    # Fine-tuning from a checkpoint (`init_from`) on a few hundred of a new place's frames: the critic fitting them
+    # through the encoder moves the features the actor reads, and Adam's steps move the actor at its full rate
+    # however weak and extrapolated the new critic's action gradient is. `frozen_encoder` holds the encoder (its
+    # camera heads); `anchor` adds anchor * |mean action - the starting policy's|^2 to the actor loss, so the
+    # actor moves where the critic's gradient outweighs it. Both on by default from a checkpoint
+    # (`config.FINETUNE_DEFAULTS`).
+    frozen_encoder: bool = False
+    anchor: float = 0.0
     # Update matmuls and convs in bfloat16 (weights, optimiser, output layers and losses stay fp32): "auto" turns it
     # on where a bf16 matmul times >= 1.5x fp32 at start-up (CPUs with native bf16, any bf16 GPU; an emulating CPU
     # would be slower), "on" / "off" force it.
@@ -121,12 +129,16 @@ class SAC(nn.Module):
             encoder.load_pretrained(cfg.pretrained_encoder)
         self.critic = Critic(encoder.out_dim, act_dim, cfg.hidden, cfg.n_critics)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        # The policy this run started from (`Checkpoint.start` fills it), which the actor loss holds it near.
+        self.anchor_head = copy.deepcopy(self.policy.head).requires_grad_(False) if cfg.anchor else None
         self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_temperature)).log())
         self.target_entropy = -cfg.target_entropy_scale * act_dim
         self.pixels = bool(cameras)
         if encoder.frozen_trunk:
             for p in encoder.trunk_params():
                 p.requires_grad_(False)
+        if cfg.frozen_encoder:
+            encoder.requires_grad_(False)
         # The encoder is trained through the critic loss only (DrQ / SERL).
         # Fused Adam: one kernel per step instead of a dozen per tensor, where a small update is overhead-bound.
         trained = [p for p in encoder.parameters() if p.requires_grad]
@@ -226,7 +238,11 @@ class SAC(nn.Module):
         with self._precision():
             action, logp = self.policy.head(feat)
             q = self.critic(feat, action).mean(dim=0)
-        return (self.alpha.detach() * logp - q).mean(), logp
+            loss = (self.alpha.detach() * logp - q).mean()
+            if self.anchor_head is not None:
+                drift = self.policy.head(feat, deterministic=True)[0] - self.anchor_head(feat, deterministic=True)[0]
+                loss = loss + self.cfg.anchor * drift.pow(2).sum(-1).mean()
+        return loss, logp
 
     def pretrain_trunk(self, demo: ReplayBuffer, batch_size: int = 64, lr: float = 1e-3) -> float | None:
         """Behaviour cloning of the demo actions through the camera encoders (DrQ shifts on), before their trunks

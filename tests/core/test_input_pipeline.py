@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from robot_rl.algos.sac import SAC
 from robot_rl.checkpoint import Checkpoint
 from robot_rl.commands.train import run_config
 from robot_rl.config import FINETUNE_DEFAULTS, load_config
-from robot_rl.errors import UserError
+from robot_rl.errors import ConfigError, UserError
 from robot_rl.loop.trainer import TrainingRun, train
 
 pytestmark = pytest.mark.slow
@@ -67,3 +68,22 @@ def test_the_robot_runs_policy_acts_as_the_checkpoint_deployed(visual_run: Path,
     raw = load_config([*ROBOT, f"init_from={visual_run}", f"run_dir={tmp_path / 'raw'}"])
     with pytest.raises(UserError, match=r"its policy was trained with sac.normalize_frames=True \(this run: False\)"):
         TrainingRun(raw)
+
+
+def test_a_fine_tuned_actor_is_anchored_at_the_checkpoints_policy(visual_run: Path) -> None:
+    """The fine-tuning defaults hold the encoder and anchor the actor at the policy the run starts from: the anchor
+    is the checkpoint's actor, the encoder takes no gradient; a run from scratch has neither, and refuses an anchor."""
+    cfg = run_config([*ROBOT, f"init_from={visual_run}"])
+    assert cfg.sac.anchor == FINETUNE_DEFAULTS["sac.anchor"] > 0 and cfg.sac.frozen_encoder
+    ckpt = Checkpoint(cfg.init_from)
+    lay = ckpt.layouts["policy"]
+    algo = SAC(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
+    ckpt.start(algo, cfg, lay, torch.device("cpu"))
+    theirs = {k.removeprefix("policy.head."): v for k, v in ckpt.weights().items() if k.startswith("policy.head.")}
+    anchor = algo.anchor_head.state_dict()
+    assert theirs.keys() == anchor.keys() and all(torch.equal(theirs[k], anchor[k]) for k in theirs)
+    assert not any(p.requires_grad for p in algo.policy.encoder.parameters())
+    plain = run_config(ROBOT)
+    assert plain.sac.anchor == 0 and not plain.sac.frozen_encoder
+    with pytest.raises(ConfigError, match=r"sac.anchor=0.1 holds the actor near the policy it starts from"):
+        load_config([*ROBOT, "sac.anchor=0.1"])

@@ -107,3 +107,48 @@ def test_pixels_encoder_is_trained_by_critic_only() -> None:
     assert any(not torch.equal(a, p) for a, p in zip(enc_before, sac.policy.encoder.parameters(), strict=True))
     param_ids = {id(p) for g in sac.actor_opt.param_groups for p in g["params"]}
     assert not param_ids & {id(p) for p in sac.policy.encoder.parameters()}
+
+
+class FirstActionQ(torch.nn.Module):
+    """A critic ensemble of two whose Q is `scale` x the first action: its gradient pushes that action to +1."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, feat: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.scale * action[:, 0].expand(2, -1)
+
+
+def test_an_anchored_actor_stays_near_the_policy_it_started_from() -> None:
+    """`sac.anchor`: a critic whose action gradient points one way moves a free actor's mean far in a hundred Adam
+    steps however weak the gradient; the anchored actor stays near its start, yet follows a gradient that outweighs
+    the anchor."""
+
+    def drift(anchor: float, q_scale: float) -> float:
+        torch.manual_seed(0)
+        sac = SAC(SACConfig(hidden=(32, 32), anchor=anchor, temp_lr=0.0), state_dim=3, act_dim=2)
+        sac.critic = FirstActionQ(q_scale)
+        feat = torch.randn(64, 3)
+        start = sac.policy.head(feat, deterministic=True)[0].detach()
+        for _ in range(100):
+            loss, _ = sac._actor_loss(feat)
+            sac._step(sac.actor_opt, loss)
+        return float((sac.policy.head(feat, deterministic=True)[0] - start)[:, 0].mean())
+
+    free, held, strong = drift(0.0, 0.01), drift(1.0, 0.01), drift(1.0, 10.0)
+    assert free > 0.3 and held < 0.05 * free, (free, held)
+    assert strong > 0.3, strong
+
+
+def test_a_frozen_encoder_is_not_trained_by_the_critic() -> None:
+    cfg = SACConfig(hidden=(16,), image_feature_dim=8, frozen_encoder=True)
+    sac = SAC(cfg, state_dim=2, act_dim=2, cameras=("front",), image_size=32)
+    obs = {"state": torch.zeros(4, 2), "front": torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8)}
+    b = Batch(obs=obs, action=torch.zeros(4, 2), reward=torch.ones(4), next_obs=obs, terminated=torch.zeros(4),
+              intervened=torch.zeros(4))  # fmt: skip
+    enc_before = [p.clone() for p in sac.policy.encoder.parameters()]
+    critic_before = [p.clone() for p in sac.critic.parameters()]
+    sac.update([b])
+    assert all(torch.equal(a, p) for a, p in zip(enc_before, sac.policy.encoder.parameters(), strict=True))
+    assert any(not torch.equal(a, p) for a, p in zip(critic_before, sac.critic.parameters(), strict=True))
