@@ -212,10 +212,15 @@ def demos_and_classifier(work: Path, spec: str, quick: bool, may_run: bool = Tru
         report = json.loads(cli("classifier", "train", str(store), "--out", str(clf), "--steps", steps))
         (work / "classifier.json").write_text(json.dumps(report, indent=1))
         record(clf, params)
+    return {**learned_on(work), "params": params}
+
+
+def learned_on(work: Path) -> dict:
+    """A cell's kept demos and classifier (`demos_and_classifier`'s files), the threshold at the bench's floor."""
     report = json.loads((work / "classifier.json").read_text())
-    threshold = max(report["threshold"], THRESHOLD_FLOOR)
-    return {"store": str(store), "classifier": str(clf), "threshold": threshold, "params": params,
-            "classifier_test": report.get("test"), "classifier_threshold": report["threshold"]}  # fmt: skip
+    return {"store": str(work / "demos.zarr"), "classifier": str(work / "classifier.safetensors"),
+            "threshold": max(report["threshold"], THRESHOLD_FLOOR), "classifier_test": report.get("test"),
+            "classifier_threshold": report["threshold"]}  # fmt: skip
 
 
 def curve_row(cell: str, name: str, seed: int, r: dict) -> dict:
@@ -365,18 +370,18 @@ def _defaults_run(ckpt: Path, run: Path, seed: int, steps: int, extra: list[str]
 SCREEN_ARMS = {"defaults": (), "unanchored": ("sac.frozen_encoder=false", "sac.anchor=0")}
 
 
-def finetune_screen(ckpt: Path, work: Path, cells_seed: int, only: str, seeds: int, steps: int) -> list[dict]:
-    """#54 item 6 on validation cells: an earlier draw's cells (`cells_seed`), their kept demos and classifier,
-    the fine-tuned arm under each of `SCREEN_ARMS`, as the draw ran it. Per run: success at step 0 and at the first
-    evaluation after updates began, the worst fall below step 0, the first crossing and the confirmed point."""
+def finetune_screen(ckpt: Path, work: Path, cells: int, cells_seed: int, only: str, seeds: int, steps: int
+                    ) -> list[dict]:  # fmt: skip
+    """#54 item 6 on validation cells: an earlier draw's cells (`cells`, `cells_seed`), their kept demos and
+    classifier, the fine-tuned arm under each of `SCREEN_ARMS`, as the draw ran it. Per run: success at step 0 and
+    at the first evaluation after updates began, the worst fall below step 0, the first crossing and the confirmed
+    point."""
     rows = []
-    for i, spec in enumerate(draw_specs(5, cells_seed)):
+    for i, spec in enumerate(draw_specs(cells, cells_seed)):
         cell = work / spec.replace(":", "-")
         if (only and str(i) not in only.split(",")) or not (cell / "classifier.json").exists():
             continue
-        report = json.loads((cell / "classifier.json").read_text())
-        learned = {"store": str(cell / "demos.zarr"), "classifier": str(cell / "classifier.safetensors"),
-                   "threshold": max(report["threshold"], THRESHOLD_FLOOR)}  # fmt: skip
+        learned = learned_on(cell)
         for seed in range(seeds):
             for arm, extra in SCREEN_ARMS.items():
                 r = robot_run(cell / f"screen-{arm}_s{seed}", spec, ckpt, seed, steps, learned, False,
@@ -501,25 +506,21 @@ if __name__ == "__main__":
                    help="only #54's screen of the fine-tuning settings on an earlier draw's cells (--cells-seed, "
                         "--checkpoint; kept demos and classifiers)")  # fmt: skip
     a = p.parse_args()
-    if a.finetune_screen:
+    if a.finetune_screen or a.defaults_check:
         from common import provenance, run_name, write_run
 
         started = time.time()
-        rows = finetune_screen(a.checkpoint, HERE / "results" / "sim_to_robot", a.cells_seed, a.only_cells, a.seeds,
-                               a.finetune_steps or 1800)  # fmt: skip
-        params = {"argv": sys.argv[1:], "checkpoint": str(a.checkpoint), "cells_seed": a.cells_seed,
-                  "arms": {k: list(v) for k, v in SCREEN_ARMS.items()}}  # fmt: skip
-        print(to_markdown(rows))
-        print(write_run(HERE / "results", "sim_to_robot", run_name(f"screen-{a.cells_seed}", started), params, rows,
-                        started, time.time() - started, provenance()))  # fmt: skip
-        sys.exit(0)
-    if a.defaults_check:
-        from common import provenance, run_name, write_run
-
-        started = time.time()
-        rows = defaults_check(a.checkpoint, HERE / "results" / "sim_to_robot", a.seeds)
+        work = HERE / "results" / "sim_to_robot"
         params = {"argv": sys.argv[1:], "checkpoint": str(a.checkpoint), "seeds": a.seeds}
-        print(write_run(HERE / "results", "sim_to_robot", run_name("defaults-check", started), params, rows, started,
+        if a.finetune_screen:
+            rows = finetune_screen(a.checkpoint, work, a.cells, a.cells_seed, a.only_cells, a.seeds,
+                                   a.finetune_steps or 1800)  # fmt: skip
+            name = f"screen-{a.cells_seed}"
+            params |= {"cells_seed": a.cells_seed, "arms": {k: list(v) for k, v in SCREEN_ARMS.items()}}
+            print(to_markdown(rows))
+        else:
+            rows, name = defaults_check(a.checkpoint, work, a.seeds), "defaults-check"
+        print(write_run(HERE / "results", "sim_to_robot", run_name(name, started), params, rows, started,
                         time.time() - started, provenance()))  # fmt: skip
         sys.exit(0)
     result = main(a.quick, a.checkpoint, a.cells, a.cells_seed, a.seeds, a.scratch_steps, a.finetune_steps,
