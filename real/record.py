@@ -4,8 +4,10 @@
 (joint states, TCP and object poses, wrench, cameras, success flag, status, e-stop, reset echo) and publishes
 (command, gripper, reset request), and writes each message's CDR bytes unchanged, with its type's full `ros2msg`
 definition as the channel schema: `ros2 bag info/play FILE.mcap`, Foxglove and `rosbags` open it as any bag that
-`ros2 bag record -s mcap` wrote. Each message's log time is when the recorder took it (its poll period late at
-most), its publish time the header stamp where the type has one (else the log time).
+`ros2 bag record -s mcap` wrote. Each message's log time is when it arrived (the DDS reception time, as `ros2 bag`
+logs it), so messages of different topics taken in one late poll keep the order they were sent in (a reset request
+between an episode's last command and the next one's first); its publish time is the header stamp where the type
+has one (else the log time).
 
 Crash safety: the file grows as `FILE.mcap.part` and is renamed to `FILE.mcap` on `close()`, so a finished name
 always holds a complete file (footer and index). A chunk is flushed at least every `flush_s`, so a killed process
@@ -50,12 +52,7 @@ class RecordedTopic:
 
 
 def session_topics(cfg: RobotConfig) -> list[RecordedTopic]:
-    """The topics a `RobotEnv` on `cfg` reads or publishes, each once; empty names (no such topic) skipped.
-
-    In poll order: what the env publishes comes first, in the reverse of the order it publishes it (gripper, then
-    command). With one log time per poll, a message published after another is then never logged before it, which
-    is how `robot-rl convert session` pairs a step's gripper command with its pose command.
-    """
+    """The topics a `RobotEnv` on `cfg` reads or publishes, each once; empty names (no such topic) skipped."""
     cmd = msgs.COMMAND[cfg.command_type]
     rows = [
         ("gripper", cfg.gripper_topic, msgs.FLOAT64),
@@ -149,15 +146,13 @@ class SessionRecorder:
                 last_flush = time.monotonic()
 
     def poll(self) -> int:
-        """Takes and writes every queued message, all with the poll's end as log time; returns how many."""
+        """Takes and writes every queued message, each with its arrival time as log time; returns how many."""
         n = 0
         with self._lock:
-            taken = [(sub, channel, stamped, sub.take_raw()) for sub, channel, stamped in self._subs]
-            now = time.time_ns()
-            for sub, channel, stamped, raws in taken:
-                for raw in raws:
+            for sub, channel, stamped in self._subs:
+                for arrived, raw in sub.take_received():
                     stamp = header_stamp_ns(raw) if stamped and len(raw) >= 12 else 0
-                    self._writer.add_message(channel, log_time=now, data=bytes(raw), publish_time=stamp or now,
+                    self._writer.add_message(channel, log_time=arrived, data=bytes(raw), publish_time=stamp or arrived,
                                              sequence=self.counts[sub.topic])  # fmt: skip
                     self.counts[sub.topic] += 1
                     n += 1

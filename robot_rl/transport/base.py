@@ -7,6 +7,7 @@ that rclpy, DDS and in-process behave identically.
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
@@ -146,6 +147,12 @@ class Subscription(ABC):
     @abstractmethod
     def take_raw(self, max_n: int = 256) -> list[bytes]:
         """Received CDR exactly as it arrived, oldest first, without blocking."""
+
+    def take_received(self, max_n: int = 256) -> list[tuple[int, bytes]]:
+        """`take_raw` with each message's arrival time (ns since the epoch), which orders messages across topics as
+        they were sent where one poll takes several; backends that keep no arrival time give the take's time."""
+        now = time.time_ns()
+        return [(now, raw) for raw in self.take_raw(max_n)]
 
     @abstractmethod
     def wait(self, timeout_s: float) -> bool:

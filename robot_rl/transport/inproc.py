@@ -6,6 +6,7 @@ Messages still go through CDR so tests exercise the real encoding and drop paths
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict, deque
 
 from robot_rl.transport.base import (
@@ -25,7 +26,7 @@ class _Bus:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.subs: dict[tuple[int, str], list[InprocSubscription]] = defaultdict(list)
-        self.latched: dict[tuple[int, str], deque[bytes]] = {}
+        self.latched: dict[tuple[int, str], deque[tuple[int, bytes]]] = {}  # (publish time ns, CDR)
 
 
 _BUS = _Bus()
@@ -47,10 +48,11 @@ class InprocPublisher(Publisher):
                 )
                 if not ok:
                     raise BackpressureTimeout(f"{self.topic}: subscribers did not drain in time")
+            sent = (time.time_ns(), data)  # one bus: published is received
             for s in subs:
-                s.queue.append(data)
+                s.queue.append(sent)
             if self.key in _BUS.latched:
-                _BUS.latched[self.key].append(data)
+                _BUS.latched[self.key].append(sent)
             _BUS.cond.notify_all()
 
     def matched(self) -> int:
@@ -62,13 +64,16 @@ class InprocSubscription(Subscription):
     def __init__(self, key: tuple[int, str], ros_type: str, distro: str, max_bytes: int, qos: TopicQos) -> None:
         super().__init__(key[1], ros_type, distro, max_bytes)
         self.key, self.qos = key, qos
-        self.queue: deque[bytes] = deque(maxlen=qos.depth)
+        self.queue: deque[tuple[int, bytes]] = deque(maxlen=qos.depth)
         with _BUS.cond:
             if qos.transient_local:
                 self.queue.extend(_BUS.latched.get(key, ()))
             _BUS.subs[key].append(self)
 
     def take_raw(self, max_n: int = 256) -> list[bytes]:
+        return [raw for _, raw in self.take_received(max_n)]
+
+    def take_received(self, max_n: int = 256) -> list[tuple[int, bytes]]:
         with _BUS.cond:
             out = [self.queue.popleft() for _ in range(min(max_n, len(self.queue)))]
             _BUS.cond.notify_all()

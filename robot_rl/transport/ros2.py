@@ -119,13 +119,16 @@ class RclpySubscription(Subscription):
         self._waitset = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, transport.context.handle)
 
     def take_raw(self, max_n: int = 256) -> list[bytes]:
-        out: list[bytes] = []
+        return [raw for _, raw in self.take_received(max_n)]
+
+    def take_received(self, max_n: int = 256) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
         with self.sub.handle:
             while len(out) < max_n:
                 got = self.sub.handle.take_message(self.sub.msg_type, True)
                 if got is None:
                     break
-                out.append(got[0])
+                out.append((got[1]["received_timestamp"], got[0]))
         return out
 
     def wait(self, timeout_s: float) -> bool:

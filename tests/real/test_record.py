@@ -13,9 +13,10 @@ from test_robot import Served, layout
 
 from robot_rl.demos.interop.session import import_session, read_session
 from robot_rl.demos.store import EpisodeStore
+from robot_rl.real import msgs
 from robot_rl.real.record import SessionRecorder, header_stamp_ns, session_topics
 from robot_rl.real.robot import RobotEnv
-from robot_rl.transport import typesys
+from robot_rl.transport import TransportConfig, make_transport, typesys
 from robot_rl.types import ObsLayout
 
 pytestmark = pytest.mark.realtime
@@ -126,3 +127,30 @@ def test_a_recorded_session_opens_in_ros_tools_and_converts_to_the_values_sent(t
     # a recorder killed mid-session leaves a .part that reads up to its last flushed chunk
     cut = read_session(tmp_path / "killed.mcap.part")
     assert not cut.complete and len(cut.messages[f"{ns}/ee_target"]) >= 1
+
+
+def test_a_late_poll_keeps_the_reset_between_the_commands_it_separates(tmp_path) -> None:
+    """A recorder starved past a whole reset (a loaded control PC) takes an episode's last command, the reset request
+    and the next episode's first command in one poll: their arrival times still split the episodes where they were."""
+    cfg = inproc_robot()
+    tx = make_transport(TransportConfig(backend="inproc", domain_id=cfg.domain_id, namespace=cfg.namespace))
+    path = tmp_path / "late.mcap"
+    rec = SessionRecorder(tx, cfg, path, poll_s=3600.0)  # polls once, at close
+    pose, grip, reset = (tx.publisher(cfg.command_topic, msgs.POSE), tx.publisher(cfg.gripper_topic,
+                         msgs.FLOAT64), tx.publisher(cfg.reset_topic, msgs.INT64))  # fmt: skip
+    try:
+        for x in (0.1, 0.2, None, 0.3):
+            if x is None:
+                reset.publish(msgs.scalar(msgs.INT64, 7))
+            else:
+                pose.publish(msgs.pose_stamped(np.array([x, 0.0, 0.2]), np.array([1.0, 0, 0, 0]), time.time(), "base"))
+                grip.publish(msgs.scalar(msgs.FLOAT64, x))
+            time.sleep(0.002)
+    finally:
+        rec.close()
+        tx.close()
+    assert import_session([path], tmp_path / "store") == 2
+    with EpisodeStore(tmp_path / "store") as store:
+        firsts = [store.episode(i)["command"][:, 0].tolist() for i in range(2)]
+    np.testing.assert_allclose(firsts[0], [0.1, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(firsts[1], [0.3], rtol=1e-6)
