@@ -111,7 +111,8 @@ class LoopConfig:
     final_eval_robot_minutes: float = 2.0
     stop_at_success: float = 0.95  # end early once a periodic evaluation reaches this (>1 disables) ...
     # ... and a fresh-seed evaluation of this many episodes (seeds no other evaluation of the run uses) confirms it:
-    # at a true 0.75 one 9/10 comes up one time in four. 0: the first crossing ends the run. A robot's costs arm time.
+    # at a true 0.75 one 9/10 comes up one time in four. 0: the first crossing ends the run. A robot's costs arm time,
+    # so it ends at the failure after which it can no longer pass.
     confirm_episodes: int = 40
     # wall-clock budget for this run: each session's start-up (env, demos, trunk pretraining) and resumes included
     max_minutes: float = 0.0  # (0 = none); the final evaluation comes after it

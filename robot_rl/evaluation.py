@@ -123,15 +123,19 @@ def summarize(rollouts: Sequence[Rollout]) -> EvalResult:
 
 
 def evaluate(
-    env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0, reruns: int = 3
-) -> EvalResult:
+    env: gym.Env, policy: Policy, episodes: int, seed: int = 1_000_000, retry_s: float = 1.0, reruns: int = 3,
+    stop_at_failures: int = 0,
+) -> EvalResult:  # fmt: skip
     """Seeds are disjoint from training resets. A stop the policy caused ends its episode as a terminal step
     (`info["safety_failure"]`): a failed episode and a safety failure. One it did not cause (`EpisodeAborted`: an
     e-stop, a driver's fault, silence) is no verdict on the policy: the episode is run again with its seed after
     `retry_s`, at most `reruns` times, then given up and counted in `aborted_episodes`, so a robot that keeps
-    stopping cannot hold the evaluation forever."""
+    stopping cannot hold the evaluation forever. `stop_at_failures` (0: never): the evaluation ends at that many
+    failed episodes, where its verdict can no longer change (a confirmation of the goal; `failures_to_miss`)."""
     results, given_up = [], 0
     for ep in range(episodes):
+        if stop_at_failures and sum(not r.success for r in results) >= stop_at_failures:
+            break
         for attempt in range(reruns + 1):
             try:
                 results.append(rollout(env, policy, seed + ep))
@@ -145,6 +149,11 @@ def evaluate(
             print(f"evaluation: gave up on episode {ep} (seed {seed + ep}) after {reruns + 1} aborted tries, the "
                   f"last by {stop}", file=sys.stderr)  # fmt: skip
     return dataclasses.replace(summarize(results), aborted_episodes=given_up)
+
+
+def failures_to_miss(goal: float, episodes: int) -> int:
+    """The failed episodes after which a success rate over `episodes` can no longer reach `goal`."""
+    return episodes - math.ceil(goal * episodes - 1e-9) + 1
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from robot_rl.demos.collect import CollectConfig, collect_to_store
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.demos.teleop.scripted import ScriptedDevice
 from robot_rl.envs import make_env
-from robot_rl.evaluation import EvalResult, conclusive, evaluate
+from robot_rl.evaluation import EvalResult, conclusive, evaluate, failures_to_miss
 from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
 
@@ -167,8 +167,10 @@ class Evaluations:
         self.policy.load_state_dict(weights)
         seed = self.confirm_seed() if confirm else self.seed
         episodes = episodes if confirm else self.cell.eval_episodes(episodes, minutes)
+        # A confirmation that can no longer hold the goal ends there: on a robot, the rest is arm time for nothing.
+        stop = failures_to_miss(self.goal, episodes) if confirm else 0
         with self.cell.busy("evaluation"):
-            scenes = {prefix: evaluate(env, self.policy, episodes, seed=seed)
+            scenes = {prefix: evaluate(env, self.policy, episodes, seed=seed, stop_at_failures=stop)
                       for prefix, env in self.cell.scenes().items()}  # fmt: skip
         results = {f"{scene}{k}": v for scene, r in scenes.items() for k, v in r.as_dict().items()}
         results |= self.cell.robot_minutes(state, counters["env_steps"])

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import cv2
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -21,7 +22,7 @@ from robot_rl.checkpoint import Checkpoint
 from robot_rl.cli import main
 from robot_rl.config import load_config
 from robot_rl.envs import make_env
-from robot_rl.evaluation import evaluate, evaluate_checkpoint
+from robot_rl.evaluation import evaluate, evaluate_checkpoint, failures_to_miss
 from robot_rl.loop import run as loop_run
 from robot_rl.loop import trainer
 from robot_rl.loop.actor import Actor
@@ -75,7 +76,7 @@ def test_a_randomised_run_is_judged_on_the_nominal_scene(tmp_path: Path, monkeyp
     nominal one fails, the run does not stop."""
     calls = []
 
-    def rigged(env, policy, episodes: int, seed: int):
+    def rigged(env, policy, episodes: int, seed: int, **_):
         rand = env.unwrapped.cfg.randomization
         calls.append((rand == nominal(rand), episodes, seed))
         return dataclasses.replace(evaluate(env, policy, episodes, seed=seed), success_rate=float(not calls[-1][0]))
@@ -115,19 +116,51 @@ def test_a_crossing_ends_the_run_only_when_fresh_seeds_confirm_it(
     The run trains on after the first crossing, stops at the second, and its summary names both points."""
     calls = []
 
-    def rigged(env, policy, episodes: int, seed: int):
-        calls.append((episodes, seed))
-        confirms = sum(1 for _, s in calls if s != 1_000_000)
+    def rigged(env, policy, episodes: int, seed: int, stop_at_failures: int):
+        calls.append((episodes, seed, stop_at_failures))
+        confirms = sum(1 for _, s, _ in calls if s != 1_000_000)
         rate = 1.0 if seed == 1_000_000 or confirms == 2 else 0.5
         return dataclasses.replace(evaluate(env, policy, 1, seed=seed), success_rate=rate, episodes=episodes)
 
     summary = rigged_run(tmp_path, monkeypatch, rigged, eval_episodes=2)
     assert summary["env_steps"] == 200  # trained on past the unconfirmed crossing at 100
-    assert calls == [(2, 1_000_000), (6, 6_000_000), (2, 1_000_000), (6, 6_100_000), (2, 1_000_000)]
+    # a confirmation of 6 at goal 0.9 is missed at its first failure; a periodic evaluation runs whole
+    assert calls == [(2, 1_000_000, 0), (6, 6_000_000, 1), (2, 1_000_000, 0), (6, 6_100_000, 1), (2, 1_000_000, 0)]
     assert [e.get("confirm", False) for e in summary["evals"]] == [False, True, False, True, False]
     reached = summary["goal_reached"]
     assert reached["goal"] == 0.9 and reached["first_crossing"]["env_steps"] == 100
     assert reached["confirmed"]["env_steps"] == 200 and reached["confirmed"]["episodes"] == 6
+
+
+class ParitySeeds(gym.Env):
+    """One-step episodes that succeed on even seeds."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.seed_ = seed
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, True, False, {"success": self.seed_ % 2 == 0}
+
+
+class Still:
+    def reset(self) -> None:
+        pass
+
+    def select_action(self, obs, deterministic: bool = False) -> np.ndarray:
+        return np.zeros(1, np.float32)
+
+
+def test_an_evaluation_that_can_no_longer_reach_its_goal_stops_there() -> None:
+    assert [failures_to_miss(0.9, 40), failures_to_miss(0.9, 10), failures_to_miss(0.95, 40)] == [5, 2, 3]
+    whole = evaluate(ParitySeeds(), Still(), 10, seed=0)
+    cut = evaluate(ParitySeeds(), Still(), 10, seed=0, stop_at_failures=2)
+    assert (whole.episodes, whole.success_rate) == (10, 0.5)
+    assert (cut.episodes, cut.success_rate) == (4, 0.5)  # seeds 0-3: its second failure ends it
+    assert evaluate(ParitySeeds(), Still(), 4, seed=0, stop_at_failures=3).episodes == 4
 
 
 def test_an_evaluation_mostly_aborted_neither_crosses_nor_confirms(
@@ -137,7 +170,7 @@ def test_an_evaluation_mostly_aborted_neither_crosses_nor_confirms(
     stopping) is no crossing, and a confirmation that scored 2 of 6 confirms nothing; conclusive ones do."""
     scored = iter([(1, 3), (2, 0), (2, 4), (2, 0), (6, 0), (2, 0)])  # (scored, aborted) per call; the last: final
 
-    def rigged(env, policy, episodes: int, seed: int):
+    def rigged(env, policy, episodes: int, seed: int, **_):
         n, aborted = next(scored)
         result = evaluate(env, policy, 1, seed=seed)
         return dataclasses.replace(result, success_rate=1.0, episodes=n, aborted_episodes=aborted)
