@@ -26,6 +26,10 @@ kept there with the parameters they ran with (`<output>.params.json`): run again
 runs only what is missing or was made with other parameters (one line says which). A real-time cell loads the 2-core
 box by about a sixth, so calls on other cells (`--only-cells`) can run side by side; each run's summary reports its
 control loop's deadline misses, which say whether they did not.
+
+Validation modes, each on an earlier draw's cells (never the test set): `--defaults-check` (the fine-tuning defaults
+on the nominal sim robot), `--finetune-screen` (fine-tuning settings, kept demos and classifiers) and
+`--zero-shot-screen RUN ... --validation-draws S ...` (sim runs compared by their zero-shot deploys).
 """
 
 from __future__ import annotations
@@ -394,6 +398,37 @@ def finetune_screen(ckpt: Path, work: Path, cells: int, cells_seed: int, only: s
     return rows
 
 
+def zero_shot_screen(runs: list[Path], draws: list[int], cells: int, seeds: int, episodes: int) -> list[dict]:
+    """Sim runs compared where it counts, on validation cells (earlier draws' cells seeds `draws`): each run's
+    zero-shot deploy on every cell and seed (the runs in turn on each, so a box's load falls on all alike), then per
+    run the median and mean, beside how the run trained."""
+    got = [{"bench": f"{run.name} {spec} s{seed}", "run": run.name, "cell": spec, "seed": seed,
+            "success": zero_shot(spec, run, seed, episodes)["deploy"]["success_rate"]}
+           for draw in draws for spec in draw_specs(cells, draw) for seed in range(seeds) for run in runs]  # fmt: skip
+    rows = list(got)
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        rates = [r["success"] for r in got if r["run"] == run.name]
+        rows.append({"bench": f"{run.name}: zero-shot over {len(rates)}", "run": run.name,
+                     **{k: summary.get(k) for k in ("seed", "env_steps", "wall_clock_s", "final_success_rate",
+                                                     "final_success_rate_randomized")},
+                     "median": statistics.median(rates), "mean": round(statistics.fmean(rates), 3)})  # fmt: skip
+    return rows
+
+
+def zero_shot_table(rows: list[dict]) -> str:
+    """Cells down, runs across; the runs' median and mean last."""
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    got = {(r["cell"], r["seed"], r["run"]): r["success"] for r in rows if "cell" in r}
+    out = [f"| cell | seed | {' | '.join(runs)} |", "|---|---|" + "---|" * len(runs)]
+    for cell, seed in dict.fromkeys((c, s) for c, s, _ in got):
+        out.append(f"| {cell} | {seed} | " + " | ".join(f"{got[cell, seed, r]:.2f}" for r in runs) + " |")
+    total = {r["run"]: r for r in rows if "median" in r}
+    for k in ("median", "mean", "final_success_rate_randomized", "env_steps"):
+        out.append(f"| {k} | | " + " | ".join(str(total[r][k]) for r in runs) + " |")
+    return "\n".join(out)
+
+
 def draw_specs(n: int, seed: int) -> list[str]:
     """`n` cells for `--cell random:SEED`, their seeds drawn from `seed`."""
     rng = random.Random(seed)
@@ -402,7 +437,7 @@ def draw_specs(n: int, seed: int) -> list[str]:
 
 def main(quick: bool = False, checkpoint: Path | None = None, cells: int = 5, cells_seed: int | None = None,
          seeds: int = 2, scratch_steps: int = 0, finetune_steps: int = 0, deploy_episodes: int = 0,
-         sim_minutes: float = 15.0, minutes: float = 0.0, only: str = "", out: Path | None = None
+         sim_minutes: float = 30.0, minutes: float = 0.0, only: str = "", out: Path | None = None
          ) -> list[dict]:  # fmt: skip
     """Every cell and seed (`only`: the cells of these indices, e.g. "2,3", for calls side by side). Past `minutes`
     of wall clock (0: no limit) no stage begins, and the table takes the seeds whose stages are all kept (earlier
@@ -494,7 +529,7 @@ if __name__ == "__main__":
     p.add_argument("--scratch-steps", type=int, default=0, help="(a)'s env-step budget (default 3600)")
     p.add_argument("--finetune-steps", type=int, default=0, help="(c)'s env-step budget (default 3600)")
     p.add_argument("--deploy-episodes", type=int, default=0, help="(b)'s episodes per seed (default 20)")
-    p.add_argument("--sim-minutes", type=float, default=15.0, help="wall clock of the sim run trained here")
+    p.add_argument("--sim-minutes", type=float, default=30.0, help="wall clock of the sim run trained here")
     p.add_argument("--minutes", type=float, default=0.0, help="begin no stage after this wall clock (0: no limit)")
     p.add_argument("--only-cells", default="", help="comma list of the drawn cells' indices to run (default: all)")
     p.add_argument(
@@ -505,7 +540,21 @@ if __name__ == "__main__":
     p.add_argument("--finetune-screen", action="store_true",
                    help="only #54's screen of the fine-tuning settings on an earlier draw's cells (--cells-seed, "
                         "--checkpoint; kept demos and classifiers)")  # fmt: skip
+    p.add_argument("--zero-shot-screen", nargs="+", type=Path, default=[], metavar="RUN",
+                   help="only: these sim runs' zero-shot deploys on the cells of --validation-draws")  # fmt: skip
+    p.add_argument("--validation-draws", nargs="+", type=int, default=[], metavar="SEED",
+                   help="cells seeds of earlier draws (validation sets) for --zero-shot-screen")  # fmt: skip
     a = p.parse_args()
+    if a.zero_shot_screen:
+        from common import provenance, run_name, write_run
+
+        started = time.time()
+        rows = zero_shot_screen(a.zero_shot_screen, a.validation_draws, a.cells, a.seeds, a.deploy_episodes or 20)
+        print(zero_shot_table(rows))
+        params = {"argv": sys.argv[1:], "runs": [str(r) for r in a.zero_shot_screen], "draws": a.validation_draws}
+        print(write_run(HERE / "results", "sim_to_robot", run_name("zero-shot-screen", started), params, rows,
+                        started, time.time() - started, provenance()))  # fmt: skip
+        sys.exit(0)
     if a.finetune_screen or a.defaults_check:
         from common import provenance, run_name, write_run
 

@@ -84,7 +84,7 @@ def main() -> int:
     p.add_argument("--fleet-robots", default="1,2,4", help="fleet_robots: comma list of fleet sizes")
     p.add_argument("--fleet-seeds", default="0,1", help="fleet_robots: comma list of training seeds")
     p.add_argument("--sim-to-robot-checkpoint", type=Path, default=None,
-                   help="sim_to_robot: the sim camera run to start from (default: train one, 15 min)")  # fmt: skip
+                   help="sim_to_robot: the sim camera run to start from (default: train one, <= 30 min)")  # fmt: skip
     p.add_argument("--sim-to-robot-cells-seed", type=int, default=None,
                    help="sim_to_robot: the cells of an earlier call, to go on with (default: drawn now)")  # fmt: skip
     p.add_argument("--sim-to-robot-cells", default="",

@@ -147,8 +147,10 @@ def test_state_normaliser_fits_the_data_but_leaves_unscaled_columns_as_they_are(
     assert (enc.state_mean[3:] == 0.0).all() and (enc.state_std[3:] == 1.0).all()  # not 1e-4 wide: blown up 100x
 
 
-def test_the_visual_preset_augments_normalises_and_compiles_and_the_plain_pixel_job_does_not() -> None:
-    preset, plain = load_config(["obs=pixels", "randomization=visual"]).sac, load_config(["obs=pixels"]).sac
+def test_the_visual_preset_augments_normalises_compiles_and_trains_on_and_the_plain_pixel_job_does_not() -> None:
+    visual, pixels = load_config(["obs=pixels", "randomization=visual"]), load_config(["obs=pixels"])
+    assert visual.loop.stop_at_success > 1 >= pixels.loop.stop_at_success  # the whole budget, not the nominal 0.95
+    preset, plain = visual.sac, pixels.sac
     assert preset.stored_views > 1 and preset.augment_gray > 0 and preset.normalize_frames and preset.compile
     assert plain.stored_views == 1 and plain.augment_gray == 0 and not plain.normalize_frames and not plain.compile
     assert preset.augment_pad == 8 and plain.augment_pad == 4  # a wrist camera moved and turned; DrQ's own 4
