@@ -545,23 +545,18 @@ if __name__ == "__main__":
     p.add_argument("--validation-draws", nargs="+", type=int, default=[], metavar="SEED",
                    help="cells seeds of earlier draws (validation sets) for --zero-shot-screen")  # fmt: skip
     a = p.parse_args()
-    if a.zero_shot_screen:
-        from common import provenance, run_name, write_run
-
-        started = time.time()
-        rows = zero_shot_screen(a.zero_shot_screen, a.validation_draws, a.cells, a.seeds, a.deploy_episodes or 20)
-        print(zero_shot_table(rows))
-        params = {"argv": sys.argv[1:], "runs": [str(r) for r in a.zero_shot_screen], "draws": a.validation_draws}
-        print(write_run(HERE / "results", "sim_to_robot", run_name("zero-shot-screen", started), params, rows,
-                        started, time.time() - started, provenance()))  # fmt: skip
-        sys.exit(0)
-    if a.finetune_screen or a.defaults_check:
+    if a.zero_shot_screen or a.finetune_screen or a.defaults_check:  # the validation modes: one run file each
         from common import provenance, run_name, write_run
 
         started = time.time()
         work = HERE / "results" / "sim_to_robot"
         params = {"argv": sys.argv[1:], "checkpoint": str(a.checkpoint), "seeds": a.seeds}
-        if a.finetune_screen:
+        if a.zero_shot_screen:
+            rows = zero_shot_screen(a.zero_shot_screen, a.validation_draws, a.cells, a.seeds, a.deploy_episodes or 20)
+            name = "zero-shot-screen"
+            params |= {"runs": [str(r) for r in a.zero_shot_screen], "draws": a.validation_draws}
+            print(zero_shot_table(rows))
+        elif a.finetune_screen:
             rows = finetune_screen(a.checkpoint, work, a.cells, a.cells_seed, a.only_cells, a.seeds,
                                    a.finetune_steps or 1800)  # fmt: skip
             name = f"screen-{a.cells_seed}"

@@ -93,7 +93,7 @@ def read_session(path: str | os.PathLike[str]) -> Recording:
     if not meta:
         raise ValueError(f"{path}: no {METADATA} record; not a robot-rl session (`robot-rl convert rosbag` reads bags)")
     out = Recording(json.loads(meta["roles"]), meta.get("robot", ""), dict(channels.values()), complete)
-    for i in sorted(range(len(rows)), key=lambda i: rows[i][0]):  # stable: a poll's messages keep their order
+    for i in sorted(range(len(rows)), key=lambda i: rows[i][0]):  # stable: messages of one log time keep their order
         out.messages[topics[i]].append(rows[i])
     return out
 
