@@ -72,9 +72,10 @@ class Actor:
         retry_s: float = 1.0,
     ) -> None:
         """`retry_s`: pause between reset attempts while the env refuses to start an episode (e-stop pressed).
-        `judged`: set to a deque to collect (frame, the person's verdict) for each frame a success classifier paid
-        for, where the intervener can `judge` (a person at a device): `loop.classifier.Refits` learns from them, and
-        a frame the person calls no success is not paid (the episode ends as on their failure key)."""
+        `judged`: set to a deque to collect (frame, the person's verdict, paid) for each frame a success classifier
+        paid for, where the intervener can `judge` (a person at a device): `loop.classifier.Refits` learns from
+        them, and a frame the person calls no success is not paid (the episode ends as on their failure key). A
+        success key the person presses on a frame the classifier did not pay is a verdict too: a success it missed."""
         self.env = env
         self.policy = policy
         self.intervener = intervener
@@ -87,7 +88,7 @@ class Actor:
         self._ep_len = 0
         self._ep_interventions = 0
         self._ep_return = 0.0
-        self.judged: deque[tuple[NpObs, bool]] | None = None
+        self.judged: deque[tuple[NpObs, bool, bool]] | None = None
         # This episode's newest transitions the env may still void (`info["unconfirmed_steps"]`: steps a robot's
         # not-following check has not cleared yet), and those cleared but not handed out.
         self._held: list[Transition] = []
@@ -171,10 +172,14 @@ class Actor:
         verdict = getattr(self.intervener, "verdict", None)
         if info.get("classifier_success") and self.judged is not None and hasattr(self.intervener, "judge"):
             said = self.intervener.judge(self.env)
-            self.judged.append((next_obs, said))
+            self.judged.append((next_obs, said, True))
             # The person's no is their failure key: a payment they refused would teach the policy the very frames
             # the refits take away from the classifier, and stay in replay long after.
             verdict = verdict or (None if said else "failure")
+        elif self.judged is not None and "success" in getattr(self.intervener, "pressed", ()):
+            # What the person saw when they pressed it (the step's poll looks before the step). Without it a
+            # classifier that pays none of a cell's successes is never refitted on one, and the run sees no reward.
+            self.judged.append((obs, True, False))
         if verdict == "success":
             reward, terminated, truncated = 1.0, True, False
         elif verdict == "failure":

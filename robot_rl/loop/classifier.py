@@ -247,13 +247,15 @@ def _train_on_scripted_frames(cfg: TrainConfig, layout: ObsLayout) -> tuple[Rewa
 
 class Refits:
     """HIL-SERL's answer to a classifier a policy has learnt to fool: the person's verdicts on the frames the
-    classifier paid for (`Actor.judged`) become labelled frames, and every `reward.refit_every` new ones the
-    classifier is fine-tuned for `reward.refit_steps` on them and the frames it was trained on (the store its
-    `classifier train` report names), the verdicts drawn as often as those within each class, so a few dozen false
-    positives weigh as much as the store's negatives. The refitted copy replaces the classifier in the reward
-    wrappers that `serve` named, an attribute swap, safe against an actor stepping in its own thread (real time); the
-    threshold stays. Verdicts and refitted weights are saved in the run dir, which a resume loads. A frame the person
-    refused was never paid (`Actor.judged`); other transitions keep the reward they got until replay drops them."""
+    classifier paid for (`Actor.judged`), and their success key on frames it did not (successes it missed, which a
+    classifier paying none of a cell's successes learns from nothing else), become labelled frames, and every
+    `reward.refit_every` new ones the classifier is fine-tuned for `reward.refit_steps` on them and the frames it was
+    trained on (the store its `classifier train` report names), the verdicts drawn as often as those within each
+    class, so a few dozen false positives weigh as much as the store's negatives. The refitted copy replaces the
+    classifier in the reward wrappers that `serve` named, an attribute swap, safe against an actor stepping in its own
+    thread (real time); the threshold stays. Verdicts and refitted weights are saved in the run dir, which a resume
+    loads. A frame the person refused was never paid (`Actor.judged`); other transitions keep the reward they got
+    until replay drops them."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, clf: RewardClassifier) -> None:
         self.clf, self.every, self.steps, self.seed = clf, cfg.reward.refit_every, cfg.reward.refit_steps, cfg.seed
@@ -269,13 +271,14 @@ class Refits:
             raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads "
                             f"{self.meta['state_layout']}")  # fmt: skip
         self.store = join(episodes)
-        self.judged: deque[tuple[dict[str, np.ndarray], bool]] = deque()  # the actor's (`Actor.judged`)
-        self.verdicts: list[tuple[dict[str, np.ndarray], bool]] = []
+        self.judged: deque[tuple[dict[str, np.ndarray], bool, bool]] = deque()  # the actor's (`Actor.judged`)
+        self.verdicts: list[tuple[dict[str, np.ndarray], bool, bool]] = []  # (frame, said success, was paid)
         self.refits = self.meta.get("refits", 0)
         if cfg.resume and self.frames_path.exists():
             with np.load(self.frames_path) as f:
                 labels = f["label"]
-                self.verdicts = [({k[4:]: f[k][i] for k in f.files if k.startswith("obs.")}, bool(y))
+                paid = f["paid"] if "paid" in f.files else np.ones(len(labels), bool)  # kept before misses were
+                self.verdicts = [({k[4:]: f[k][i] for k in f.files if k.startswith("obs.")}, bool(y), bool(paid[i]))
                                  for i, y in enumerate(labels)]  # fmt: skip
         self._at_refit = len(self.verdicts)
         self._wrappers: list[ClassifierReward] = []
@@ -289,26 +292,28 @@ class Refits:
     def _take(self) -> None:
         """What the actor has judged so far (it may append meanwhile, from its thread: popleft is thread-safe)."""
         while self.judged:
-            obs, said = self.judged.popleft()
-            self.verdicts.append(({k: obs[k] for k in self.store.obs}, said))
+            obs, said, paid = self.judged.popleft()
+            self.verdicts.append(({k: obs[k] for k in self.store.obs}, said, paid))
 
     @property
     def due(self) -> bool:
         return len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
 
     def counts(self) -> dict[str, int]:
-        """For the evaluation log, so far: frames judged, those the person called no success, refits."""
+        """For the evaluation log, so far: paid frames judged, those the person called no success (false positives),
+        unpaid frames they called a success (missed successes), refits."""
         self._take()
-        said = [y for _, y in self.verdicts]
-        return {"classifier_paid_judged": len(said), "classifier_false_positives": said.count(False),
+        return {"classifier_paid_judged": sum(paid for *_, paid in self.verdicts),
+                "classifier_false_positives": sum(not said for _, said, _ in self.verdicts),
+                "classifier_missed_successes": sum(said and not paid for _, said, paid in self.verdicts),
                 "classifier_refits": self.refits}  # fmt: skip
 
     def refit(self) -> dict[str, float | None]:
         """Fine-tunes a copy on the store's frames and the verdicts, swaps it in, saves it and the verdicts;
         returns the refitted classifier's rates on the verdicts (training frames: a check it took them in)."""
         self._take()
-        mine = ClassifierData({k: np.stack([o[k] for o, _ in self.verdicts]) for k in self.store.obs},
-                              np.array([y for _, y in self.verdicts], np.float32))  # fmt: skip
+        mine = ClassifierData({k: np.stack([o[k] for o, *_ in self.verdicts]) for k in self.store.obs},
+                              np.array([y for _, y, _ in self.verdicts], np.float32))  # fmt: skip
         data = join([self.store, mine])
         weights = np.concatenate([np.ones(len(self.store.labels)), self._verdict_weights(mine.labels)])
         fresh = copy.deepcopy(self.clf)
@@ -319,7 +324,8 @@ class Refits:
         self.refits += 1
         self._at_refit = len(self.verdicts)
         save_classifier(self.clf, self.path, {**self.meta, "refits": self.refits})
-        np.savez(self.frames_path, label=mine.labels, **{f"obs.{k}": v for k, v in mine.obs.items()})
+        paid = np.array([p for *_, p in self.verdicts], bool)
+        np.savez(self.frames_path, label=mine.labels, paid=paid, **{f"obs.{k}": v for k, v in mine.obs.items()})
         return classifier_metrics(self.clf, mine)
 
     def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int) -> None:

@@ -34,11 +34,13 @@ class DeviceIntervener:
         self.device, self.keys, self.verdict_s = device, keys, verdict_s
         self.verdict: str | None = None
         self.label = False
+        self.pressed: frozenset[str] = frozenset()  # the keys of the latest poll, counted or not
 
     def reset(self) -> None:
         self.device.reset()
         self.verdict = None
         self.label = False
+        self.pressed = frozenset()
 
     def _read_label(self, events: frozenset[str]) -> None:
         if {"success", "failure"} & events:
@@ -63,6 +65,7 @@ class DeviceIntervener:
     def __call__(self, env: gym.Env, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
         cmd = self.device.poll(env)
         self._read_label(cmd.events)
+        self.pressed = cmd.events
         said = [e for e in ("success", "failure") if e in cmd.events] if self.keys else []
         self.verdict = said[0] if said else None
         if cmd.intervene:

@@ -69,9 +69,11 @@ def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tm
     refits.serve(wrapper)
     judged: deque = refits.judged
     for s in _frames(np.random.default_rng(2), HOVER, 19):
-        judged.append(({"state": s, "front": np.zeros(1)}, False))  # the actor's frame: more keys than the store's
+        judged.append(
+            ({"state": s, "front": np.zeros(1)}, False, True)
+        )  # the actor's frame: more keys than the store's
     assert not refits.due
-    judged.append(({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True))
+    judged.append(({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True, True))
     assert refits.due
 
     rates = refits.refit()
@@ -80,7 +82,8 @@ def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tm
     paid_after = (_probs(refits.clf, HOVER, 4) > thr).mean()  # hovering frames it was not refitted on
     assert paid_after < 0.1 < paid_before, (paid_after, paid_before)
     assert (_probs(refits.clf, INSERTED, 5) > thr).mean() > 0.9
-    assert refits.counts() == {"classifier_paid_judged": 20, "classifier_false_positives": 19, "classifier_refits": 1}
+    assert refits.counts() == {"classifier_paid_judged": 20, "classifier_false_positives": 19,
+                              "classifier_missed_successes": 0, "classifier_refits": 1}  # fmt: skip
     assert not refits.due
 
     saved, meta = load_classifier(run_dir / "reward_classifier.safetensors")
@@ -159,7 +162,48 @@ def test_a_frame_the_person_calls_no_success_is_not_paid(press_at: int | None) -
     actor.judged = deque()
     t = actor.step()
     said = press_at is not None
-    assert [y for _, y in actor.judged] == [said]
+    assert [(y, paid) for _, y, paid in actor.judged] == [(said, True)]
     assert (t.reward, t.terminated, t.truncated) == ((1.0, True, False) if said else (0.0, False, True))
     assert actor.stats.episodes == 1 and actor.last_episode.success is False  # the sim's own check: no lift
     env.close()
+
+
+@pytest.mark.parametrize("press_at", [None, 1])
+def test_a_success_key_on_a_frame_the_classifier_did_not_pay_is_a_verdict(press_at: int | None) -> None:
+    """The classifier pays nothing; the person's success key (poll 1: the step's own look, at the frame before the
+    step) is a yes on that frame. The keys do not count here (the bench's simulated person): no reward, no end."""
+    from robot_rl.algos.reward_classifier import RewardClassifier
+    from robot_rl.loop.actor import Actor
+    from robot_rl.loop.human import DeviceIntervener
+
+    env = make_env(EnvConfig(), seed=0)
+    clf = RewardClassifier(env.observation_space["state"].shape[0])
+    clf.threshold.fill_(2.0)  # above any probability
+    actor = Actor(ClassifierReward(env, clf.eval()), _Still(), DeviceIntervener(_Person(press_at), keys=False))
+    actor.judged = deque()
+    t = actor.step()
+    assert [(y, paid, o is t.obs) for o, y, paid in actor.judged] == ([] if press_at is None else [(True, False, True)])
+    assert (t.reward, t.done) == (0.0, False)
+    env.close()
+
+
+def test_verdicts_on_missed_successes_refit_the_classifier_to_pay_them(trained: Path, tmp_path: Path) -> None:
+    """Successes where the store showed none (TCP high, as its failures, but 15-20 cm further out) are missed; twenty
+    yes verdicts on them and the refitted classifier pays such frames, and still not the store's failures."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    live, _ = load_classifier(trained)
+    (run_dir / "reward_classifier.safetensors").write_bytes(trained.read_bytes())
+
+    def far(seed: int) -> np.ndarray:
+        return _frames(np.random.default_rng(seed), (0.13, 0.2), 50) + np.float32([0.15, 0.0, 0.0])
+
+    thr = float(live.threshold)
+    assert (success_probs(live, {"state": far(1)}) > thr).mean() < 0.1
+    refits = Refits(_cfg(run_dir), run_dir, live)
+    for s in far(2)[:20]:
+        refits.judged.append(({"state": s}, True, False))
+    refits.refit()
+    assert refits.counts()["classifier_missed_successes"] == 20
+    assert (success_probs(refits.clf, {"state": far(4)}) > thr).mean() > 0.9
+    assert (_probs(refits.clf, (0.13, 0.2), 5) > thr).mean() < 0.05
