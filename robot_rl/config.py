@@ -60,7 +60,8 @@ class RewardConfig:
     classifier_steps: int = 1500  # training steps when the classifier is trained at start-up
     keys: bool = True  # the intervention device's success / failure keys override the reward (a person's verdict)
     # A robot run's person judges each frame the classifier pays for; every this many verdicts the classifier is
-    # refitted on them and its training store (`loop.classifier.Refits`); 0: never.
+    # refitted on them and its training store (`loop.classifier.Refits`), no sooner than `refit_steps` learner
+    # updates after the last refit; 0: never.
     refit_every: int = 0
     refit_steps: int = 200  # gradient steps of a refit, from the current weights
     verdict_s: float = 1.5  # how long a person has to press the success key when the classifier pays (else: no)

@@ -281,6 +281,7 @@ class Refits:
                 self.verdicts = [({k[4:]: f[k][i] for k in f.files if k.startswith("obs.")}, bool(y), bool(paid[i]))
                                  for i, y in enumerate(labels)]  # fmt: skip
         self._at_refit = len(self.verdicts)
+        self._updates_at_refit: int | None = None  # the learner's updates at the last refit (None: none yet)
         self._wrappers: list[ClassifierReward] = []
 
     def serve(self, wrapper: gym.Env) -> None:
@@ -295,9 +296,13 @@ class Refits:
             obs, said, paid = self.judged.popleft()
             self.verdicts.append(({k: obs[k] for k in self.store.obs}, said, paid))
 
-    @property
-    def due(self) -> bool:
-        return len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
+    def due(self, updates: int) -> bool:
+        """`every` new verdicts, and the learner has made as many updates (`updates`: its count) since the last
+        refit as a refit takes gradient steps, so that refits take about half its time at most. Without the second
+        rule a real-time run whose verdicts came faster than a refit ran (~50 s on a loaded 2-core box) refitted at
+        every env step while the arm went on acting: 300 env steps took 16 robot-minutes and no update."""
+        rested = self._updates_at_refit is None or updates - self._updates_at_refit >= self.steps
+        return rested and len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
 
     def counts(self) -> dict[str, int]:
         """For the evaluation log, so far: paid frames judged, those the person called no success (false positives),
@@ -308,9 +313,11 @@ class Refits:
                 "classifier_missed_successes": sum(said and not paid for _, said, paid in self.verdicts),
                 "classifier_refits": self.refits}  # fmt: skip
 
-    def refit(self) -> dict[str, float | None]:
+    def refit(self, updates: int = 0) -> dict[str, float | None]:
         """Fine-tunes a copy on the store's frames and the verdicts, swaps it in, saves it and the verdicts;
-        returns the refitted classifier's rates on the verdicts (training frames: a check it took them in)."""
+        returns the refitted classifier's rates on the verdicts (training frames: a check it took them in).
+        `updates`: the learner's update count now (`due`)."""
+        self._updates_at_refit = updates
         self._take()
         mine = ClassifierData({k: np.stack([o[k] for o, *_ in self.verdicts]) for k in self.store.obs},
                               np.array([y for _, y, _ in self.verdicts], np.float32))  # fmt: skip
@@ -328,10 +335,11 @@ class Refits:
         np.savez(self.frames_path, label=mine.labels, paid=paid, **{f"obs.{k}": v for k, v in mine.obs.items()})
         return classifier_metrics(self.clf, mine)
 
-    def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int) -> None:
-        """`refit`, its counts to tensorboard at env step `step` and one line to `say`."""
+    def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int, updates: int) -> None:
+        """`refit` (`updates`: the learner's count), its counts to tensorboard at env step `step` and one line to
+        `say`."""
         t = time.perf_counter()
-        rates = self.refit()
+        rates = self.refit(updates)
         counts = self.counts()
         for k, v in counts.items():
             writer.add_scalar(f"classifier/{k}", v, step)

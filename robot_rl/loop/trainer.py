@@ -173,8 +173,8 @@ class TrainingRun:
                                  eval=f"{self.last_eval:.2f}", upd=self.learner.updates, refresh=False)  # fmt: skip
         if loop.checkpoint_every and step % loop.checkpoint_every == 0:
             self.checkpoint(f"step_{step:08d}", stats.episodes)
-        if self.refits is not None and self.refits.due:
-            self.refits.refit_and_log(self.writer, self.bar.write, step)
+        if self.refits is not None and self.refits.due(self.learner.updates):
+            self.refits.refit_and_log(self.writer, self.bar.write, step, self.learner.updates)
         if loop.eval_every and step % loop.eval_every == 0 and self._changed(step):
             steps, intervened = stats.steps - self._counts[0], stats.intervened_steps - self._counts[1]
             self._counts = (stats.steps, stats.intervened_steps)

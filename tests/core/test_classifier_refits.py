@@ -72,11 +72,11 @@ def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tm
         judged.append(
             ({"state": s, "front": np.zeros(1)}, False, True)
         )  # the actor's frame: more keys than the store's
-    assert not refits.due
+    assert not refits.due(updates=0)
     judged.append(({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True, True))
-    assert refits.due
+    assert refits.due(updates=0)
 
-    rates = refits.refit()
+    rates = refits.refit(updates=50)
     assert wrapper.clf is refits.clf is not live and float(refits.clf.threshold) == thr
     assert rates["false_positive_rate"] == 0.0 and rates["recall"] == 1.0, rates
     paid_after = (_probs(refits.clf, HOVER, 4) > thr).mean()  # hovering frames it was not refitted on
@@ -84,12 +84,16 @@ def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tm
     assert (_probs(refits.clf, INSERTED, 5) > thr).mean() > 0.9
     assert refits.counts() == {"classifier_paid_judged": 20, "classifier_false_positives": 19,
                               "classifier_missed_successes": 0, "classifier_refits": 1}  # fmt: skip
-    assert not refits.due
+    assert not refits.due(updates=10_000)
 
     saved, meta = load_classifier(run_dir / "reward_classifier.safetensors")
     assert meta["refits"] == 1 and (_probs(saved, HOVER, 4) > thr).mean() == paid_after
     again = Refits(_cfg(run_dir, resume=True), run_dir, saved)
     assert again.counts() == refits.counts()
+    for s in _frames(np.random.default_rng(6), HOVER, 20):
+        judged.append(({"state": s}, False, True))
+    # 20 new verdicts, but the learner must first make as many updates as a refit takes steps (300 here)
+    assert not refits.due(updates=50 + 299) and refits.due(updates=50 + 300)
 
 
 def test_a_classifier_without_its_store_cannot_be_refitted(trained: Path, tmp_path: Path) -> None:
