@@ -319,8 +319,8 @@ class Refits:
         `updates`: the learner's update count now (`due`)."""
         self._updates_at_refit = updates
         self._take()
-        mine = ClassifierData({k: np.stack([o[k] for o, *_ in self.verdicts]) for k in self.store.obs},
-                              np.array([y for _, y, _ in self.verdicts], np.float32))  # fmt: skip
+        frames, said, paid = zip(*self.verdicts, strict=True)
+        mine = ClassifierData({k: np.stack([o[k] for o in frames]) for k in self.store.obs}, np.array(said, np.float32))
         data = join([self.store, mine])
         weights = np.concatenate([np.ones(len(self.store.labels)), self._verdict_weights(mine.labels)])
         fresh = copy.deepcopy(self.clf)
@@ -331,8 +331,8 @@ class Refits:
         self.refits += 1
         self._at_refit = len(self.verdicts)
         save_classifier(self.clf, self.path, {**self.meta, "refits": self.refits})
-        paid = np.array([p for *_, p in self.verdicts], bool)
-        np.savez(self.frames_path, label=mine.labels, paid=paid, **{f"obs.{k}": v for k, v in mine.obs.items()})
+        np.savez(self.frames_path, label=mine.labels, paid=np.array(paid, bool),
+                 **{f"obs.{k}": v for k, v in mine.obs.items()})  # fmt: skip
         return classifier_metrics(self.clf, mine)
 
     def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int, updates: int) -> None:

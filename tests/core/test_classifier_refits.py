@@ -68,10 +68,8 @@ def test_verdicts_on_paid_hovering_frames_refit_the_classifier(trained: Path, tm
     wrapper = ClassifierReward(make_env(EnvConfig(), seed=0), live)
     refits.serve(wrapper)
     judged: deque = refits.judged
-    for s in _frames(np.random.default_rng(2), HOVER, 19):
-        judged.append(
-            ({"state": s, "front": np.zeros(1)}, False, True)
-        )  # the actor's frame: more keys than the store's
+    for s in _frames(np.random.default_rng(2), HOVER, 19):  # the actor's frame: more keys than the store's
+        judged.append(({"state": s, "front": np.zeros(1)}, False, True))
     assert not refits.due(updates=0)
     judged.append(({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True, True))
     assert refits.due(updates=0)
