@@ -3,7 +3,9 @@ classifier reward and the person-like operator, as the robot-loop bench runs one
 
 A fleet is `robot-rl launch robot=sim` with one cell per robot: launch serves each cell's lockstep sim robot on its
 own ROS domain (`distributed.standins`), one actor per cell, one learner on the Zenoh plane. The operator's demos
-(20, on one robot) and the classifier are made once and shared by every fleet. The learner checkpoints every 250 env
+(20, on one robot) and the classifier are made once and shared by every fleet; as in the one-robot loop, the
+operator judges each frame the classifier pays for on any arm, and the learner refits it every 25 verdicts and
+sends it to every arm with the policy (`reward.refit_every`). The learner checkpoints every 250 env
 steps of the whole fleet; the bench evaluates each checkpoint as it appears, as `robot-rl deploy` does on an arm (a
 lockstep sim robot of its own, 10 episodes on fixed seeds, judged by its success topic), and the first at or above
 0.9 again on 40 fresh episodes; a confirmed one ends the fleet's run (SIGINT to the learner: it saves and counts
@@ -89,12 +91,15 @@ def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes
 
 
 def launch_args(n: int, seed: int, budget: Budget, shared: list[str], run: Path) -> list[str]:
-    """`robot-rl launch` of an N-cell fleet in the robot-loop bench's settings (cell limits, buffer, operator)."""
+    """`robot-rl launch` of an N-cell fleet in the robot-loop bench's settings (cell limits, buffer, operator,
+    classifier refits)."""
+    refit = TASKS["pick_cube"].refit
     cells = ",".join(str(FIRST_CELL + 2 * i) for i in range(n))  # ports apart: Fast DDS's per-domain ranges
     return [
         "launch", "robot=sim", "task=pick_cube", "obs=pixels", "threads=1", f"seed={seed}",
         f"distributed.cell_domains=[{cells}]", "distributed.standins=true", "loop.buffer_capacity=4000",
-        *TASKS["pick_cube"].robot, *shared, "reward.source=classifier", "intervention.device=simulated",
+        *TASKS["pick_cube"].robot, *shared, "reward.source=classifier", f"reward.refit_every={refit[0]}",
+        f"reward.refit_steps={refit[1]}", "intervention.device=simulated",
         "intervention.operator=person", "intervention.trigger=no_progress", "intervention.patience=5",
         f"loop.env_steps={budget.steps}", "loop.eval_every=0", f"loop.checkpoint_every={budget.every}",
         f"run_dir={run}",
@@ -241,6 +246,8 @@ def fleet_row(folder: Path, n: int, seed: int, demos_s: float) -> dict:
         "resets_robot_min": summary.get("robot_minutes_resets"),
         "cell_shares_of_steps": sorted(round(s, 3) for s in shares),
         "transitions_lost": sum(a["lost"] for a in actors.values()) if actors else None,
+        **{k: summary.get(k) for k in ("classifier_paid_judged", "classifier_false_positives",
+                                       "classifier_missed_successes", "classifier_refits")},  # to the run's end
         "standins_simulated_min": standins_s / 60.0,
         "curve": [{k: e[k] for k in ("env_steps", "confirm", "success_rate", "episodes")} for e in evals],
     }  # fmt: skip

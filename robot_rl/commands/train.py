@@ -141,8 +141,7 @@ def wants_help(args: list[str]) -> bool:
 
 
 def node_config(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` for the ROS 2 nodes, whose actors step one env each (`distributed.n_actors` of them) and refit no
-    classifier."""
+    """`cfg` for the ROS 2 nodes, whose actors step one env each (`distributed.n_actors` of them)."""
     if cfg.loop.num_envs > 1:
         raise ConfigError(f"bad configuration: loop.num_envs={cfg.loop.num_envs} batches envs in `robot-rl train`; "
                           "actor nodes step one env each: set distributed.n_actors instead")  # fmt: skip
@@ -150,10 +149,9 @@ def node_config(cfg: TrainConfig) -> TrainConfig:
     if dist.learners < 1 or (dist.learners > 1 and dist.plane != "zenoh"):
         raise ConfigError(f"bad configuration: distributed.learners={dist.learners}: 1, or more on "
                           "distributed.plane=zenoh (its keys carry each rank's shard)")  # fmt: skip
-    if cfg.reward.refit_every:  # a person's verdicts stay in the actor's process, the classifier to refit too
-        raise ConfigError("bad configuration: reward.refit_every refits the classifier in one process (`robot-rl "
-                          "train`); the actor and learner nodes do not pass verdicts or classifiers yet: set "
-                          "reward.refit_every=0")  # fmt: skip
+    if cfg.reward.refit_every and dist.plane != "zenoh":  # verdicts ride with the episode summaries on Zenoh
+        raise ConfigError("bad configuration: reward.refit_every: the actors' verdicts reach the learner on "
+                          "distributed.plane=zenoh only (ros2 is the old plane, kept for one release)")  # fmt: skip
     return cfg
 
 

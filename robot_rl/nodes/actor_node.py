@@ -15,8 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from contextlib import closing
 from typing import Any
+
+import torch
 
 from robot_rl.algos import reward_classifier
 from robot_rl.algos.reward_classifier import RewardClassifier
@@ -44,6 +47,19 @@ def actor_classifier(cfg: TrainConfig) -> RewardClassifier | None:
     return reward_classifier.load_classifier(cfg.reward.classifier_path)[0]
 
 
+def load_weights(actor: Actor, clf: RewardClassifier | None, weights: dict[str, torch.Tensor], version: int) -> None:
+    """The learner's policy, and the classifier it refitted on a person's verdicts where it sends one
+    (`TrainingRun.actor_weights`): loaded in place, so the env's reward wrapper pays by it from the next step."""
+    refitted = {k.removeprefix("classifier."): v for k, v in weights.items() if k.startswith("classifier.")}
+    if refitted and clf is not None:
+        clf.load_state_dict(refitted)
+    actor.load_weights({k: v for k, v in weights.items() if not k.startswith("classifier.")}, version)
+
+
+def drain(judged: deque) -> list:
+    return [judged.popleft() for _ in range(len(judged))]
+
+
 def flush(sender: Any, actor_id: str) -> None:
     try:
         sender.flush()
@@ -62,12 +78,15 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
     dist = cfg.distributed
     seed = cfg.seed + 1000 * (index + 1)  # actors explore different episodes
     actor_id = f"actor{index}-{os.getpid()}"  # a restarted actor is a new sequence, not a gap in the old one
-    env = make_train_env(cfg, seed, actor_classifier(cfg))
+    clf = actor_classifier(cfg)
+    env = make_train_env(cfg, seed, clf)
     clock = getattr(env.unwrapped, "clock", None)  # a robot's arm time by activity (`real.timing.ArmClock`)
     lay = ObsLayout.of_env(env)
     policy = make_policy(cfg.sac, lay.state_dim, lay.action_dim, lay.cameras, lay.image_size)
     human = make_human(cfg, seed)
     actor = Actor(env, policy, human, seed)
+    if cfg.reward.refit_every:  # the person judges what the classifier pays; the learner refits on the verdicts
+        actor.judged = deque()
     steps = 0
     # frozen_heap: a full collection of the start-up's heap holds the GIL for a control period or more (deploy's);
     # one torch thread: batch-1 inference beside a learner on the same cores (real/timing.py).
@@ -82,7 +101,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                 break
             log.warning("%s: waiting for a learner (weights: %s)", actor_id, fresh is not None)
         if fresh is not None:
-            actor.load_weights(*fresh)
+            load_weights(actor, clf, *fresh)
             sender.policy_version = fresh[1]
         since_update = 0
         realtime = cfg.robot is not None and not cfg.robot.lockstep
@@ -97,7 +116,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
             news = not realtime or actor.between_episodes
             fresh = weights.poll(timeout_s=dist.learner_timeout_s if waiting else 0.0) if news else None
             if fresh is not None:
-                actor.load_weights(*fresh)
+                load_weights(actor, clf, *fresh)
                 sender.policy_version, since_update = fresh[1], 0
             elif news and weights.reannounced:  # a learner resumed from our weights' checkpoint: it waits for us
                 since_update = 0
@@ -123,6 +142,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                     "episode_return": float(e.episode_return), "success": bool(e.success),
                     "interventions": int(e.interventions), "policy_version": int(actor.policy_version),
                     **({"arm_s": dict(clock.seconds)} if clock is not None else {}),
+                    **({"verdicts": drain(actor.judged)} if actor.judged else {}),
                 })  # fmt: skip
             if period:
                 next_tick += period

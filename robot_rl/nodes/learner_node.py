@@ -12,7 +12,6 @@ from typing import Any
 
 from robot_rl.config import TrainConfig
 from robot_rl.loop.actor import EpisodeStats
-from robot_rl.loop.learner import Learner
 from robot_rl.loop.ranks import Ranks, follow, learn_in_ranks, pin_device, rank_config, spawn_ranks, stop
 from robot_rl.loop.run import actor_counts, take_episodes
 from robot_rl.loop.trainer import TrainingRun
@@ -43,7 +42,7 @@ def run_learner(cfg: TrainConfig, overrides: list[str] = ()) -> Path:
 
 def _lead(run: TrainingRun, link: LearnerLink, ranks: Ranks) -> Path:
     stats = EpisodeStats(episodes=run.state.episodes)
-    publish = Publishing(link.weights, run.learner, run.cfg.distributed.publish_every)
+    publish = Publishing(link.weights, run, run.cfg.distributed.publish_every)
     try:
         if ranks.world > 1:
             actors = learn_in_ranks(run, link, stats, ranks, publish)
@@ -60,17 +59,18 @@ def _lead(run: TrainingRun, link: LearnerLink, ranks: Ranks) -> Path:
 
 
 class Publishing:
-    """Weights out every `every` updates, sooner when the learner is out of data (`idle`), and at the end."""
+    """Weights out (`TrainingRun.actor_weights`) every `every` updates, sooner when the learner is out of data
+    (`idle`), and at the end."""
 
-    def __init__(self, weights: Any, learner: Learner, every: int) -> None:
-        self.weights, self.learner, self.every = weights, learner, every
+    def __init__(self, weights: Any, run: TrainingRun, every: int) -> None:
+        self.weights, self.run, self.every = weights, run, every
         self.published = -1
         self(final=True)
 
     def __call__(self, idle: bool = False, final: bool = False) -> None:
-        updates = self.learner.updates
+        updates = self.run.learner.updates
         if final or updates - self.published >= self.every or (idle and updates > self.published):
-            self.weights.publish(self.learner.policy_weights(), updates)
+            self.weights.publish(self.run.actor_weights(), updates)
             self.published = updates
 
 
@@ -99,4 +99,4 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Pu
         if slice_s is not None and not run.done:
             learner.train_for(slice_s)
             publish()
-        take_episodes(run.state, link.episodes(), stats)
+        take_episodes(run.state, link.episodes(), stats, run.judged)

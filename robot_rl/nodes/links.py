@@ -43,7 +43,7 @@ class LearnerLink:
 class ActorLink:
     sender: Any  # Batching (add_nowait, flush, ...), policy_version, learner_finished, connected(), full()
     weights: Any  # poll(timeout_s) -> (state_dict, version) | None, reannounced
-    episode: Callable[[dict], None]  # reports one summary (EPISODE_FIELDS)
+    episode: Callable[[dict], None]  # reports one summary (EPISODE_FIELDS; `verdicts` on Zenoh)
 
 
 def node_transport_config(cfg: TrainConfig, node_name: str) -> TransportConfig:

@@ -17,12 +17,14 @@ Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed
   `weights/version` is a small put of each new version, so actors know their lag and fetch only when they act on it.
 - `alive/<role>/<id>`: liveliness tokens (presence instead of latched endpoints).
 - `finished`: the learner's put when the run is over (its actors stop instead of waiting for a restart);
-  `episodes/<actor id>`: an actor's episode summary (JSON), what the learner's training success rate counts.
+  `episodes/<actor id>`: an actor's episode summary (JSON), what the learner's training success rate counts, with
+  the person's verdicts on its frames attached (the learner's classifier refits).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import threading
 import time
@@ -30,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import zenoh
 from safetensors.torch import load as st_load
@@ -366,12 +369,33 @@ class WeightsClient:
 
 
 def report_episode(session: zenoh.Session, cfg: PlaneConfig, actor_id: str, summary: dict) -> None:
-    """An actor's episode summary (JSON) for the learner's training statistics."""
-    session.put(f"{cfg.prefix}/episodes/{actor_id}", json.dumps(summary).encode())
+    """An actor's episode summary (JSON) for the learner's training statistics; its `verdicts` (a person's
+    (frame, said success, was paid) on the episode's frames, for the learner's classifier refits) ride along as an
+    npz attachment. Blocking, as transitions are: a verdict is a person's work."""
+    verdicts = summary.get("verdicts") or []
+    body = json.dumps({k: v for k, v in summary.items() if k != "verdicts"}).encode()
+    session.put(f"{cfg.prefix}/episodes/{actor_id}", body, attachment=pack_verdicts(verdicts) if verdicts else None,
+                congestion_control=zenoh.CongestionControl.BLOCK)  # fmt: skip
+
+
+def pack_verdicts(verdicts: list[tuple[dict[str, np.ndarray], bool, bool]]) -> bytes:
+    """(frame, said, paid) triples as one npz: each frame key stacked, no pickles."""
+    frames, said, paid = zip(*verdicts, strict=True)
+    buf = io.BytesIO()
+    np.savez(buf, said=np.array(said, bool), paid=np.array(paid, bool),
+             **{f"obs.{k}": np.stack([f[k] for f in frames]) for k in frames[0]})  # fmt: skip
+    return buf.getvalue()
+
+
+def unpack_verdicts(blob: bytes) -> list[tuple[dict[str, np.ndarray], bool, bool]]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+        obs = {k[4:]: f[k] for k in f.files if k.startswith("obs.")}
+        return [({k: v[i] for k, v in obs.items()}, bool(s), bool(p)) for i, (s, p) in enumerate(zip(f["said"],
+                f["paid"], strict=True))]  # fmt: skip
 
 
 class Episodes:
-    """Learner side: the actors' episode summaries, oldest first (`take` each loop)."""
+    """Learner side: the actors' episode summaries, oldest first (`take` each loop), with their `verdicts`."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, capacity: int = 1024) -> None:
         self.sub = session.declare_subscriber(f"{cfg.prefix}/episodes/*", zenoh.handlers.FifoChannel(capacity))
@@ -379,7 +403,10 @@ class Episodes:
     def take(self) -> list[dict]:
         out = []
         while (sample := self.sub.try_recv()) is not None:
-            out.append(json.loads(sample.payload.to_bytes()))
+            e = json.loads(sample.payload.to_bytes())
+            if sample.attachment is not None:
+                e["verdicts"] = unpack_verdicts(sample.attachment.to_bytes())
+            out.append(e)
         return out
 
 

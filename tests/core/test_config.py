@@ -63,7 +63,7 @@ def test_num_envs_needs_the_batched_maniskill_actor() -> None:
         load_config(["loop.num_envs=0"])
 
 
-def test_classifier_refits_need_a_robot_run_with_a_person_and_one_process(capsys) -> None:
+def test_classifier_refits_need_a_robot_run_with_a_person_and_a_fleet_the_zenoh_plane(capsys) -> None:
     with pytest.raises(ConfigError, match="it needs robot=<name>, reward.source=classifier and an intervention.device"):
         load_config(["reward.source=classifier", "reward.refit_every=20"])
     with pytest.raises(ConfigError, match="reward.refit_steps=0: must be >= 1"):
@@ -71,8 +71,8 @@ def test_classifier_refits_need_a_robot_run_with_a_person_and_one_process(capsys
     robot = ["robot=sim", "obs=pixels", "reward.source=classifier", "reward.classifier_path=c.safetensors",
              "intervention.device=simulated", "reward.refit_every=20"]  # fmt: skip
     assert load_config(robot).reward.refit_every == 20
-    assert main(["launch", *robot]) == 2
-    assert "the actor and learner nodes do not pass verdicts" in capsys.readouterr().err
+    assert main(["launch", *robot, "distributed.plane=ros2"]) == 2  # the fleet's verdicts ride on Zenoh
+    assert "the actors' verdicts reach the learner on distributed.plane=zenoh only" in capsys.readouterr().err
 
 
 def test_the_simulated_operator_is_an_oracle_unless_a_person_is_named() -> None:

@@ -18,12 +18,14 @@ from robot_rl.errors import UserError
 from robot_rl.nodes.links import actor_link, with_run_id
 from robot_rl.transport.base import BackpressureTimeout, PlaneConfig, TlsConfig
 from robot_rl.transport.plane import (
+    Episodes,
     Receiver,
     Sender,
     WeightsClient,
     WeightsServer,
     open_session,
     present,
+    report_episode,
 )
 
 
@@ -251,3 +253,28 @@ def test_a_second_learner_on_a_taken_endpoint_is_one_line(plane: PlaneConfig) ->
     with pytest.raises(ConnectionError, match="cannot listen .* another port"):
         open_session(dataclasses.replace(plane, run_id="run-b"), "learner", "learner")
     first.close()
+
+
+def test_a_persons_verdicts_ride_with_the_episode_summary(plane: PlaneConfig) -> None:
+    """The frames a person judged on an arm (`Actor.judged`) reach the learner's refits whole: camera bytes,
+    state, and what they said of each."""
+    learner = open_session(plane, "learner", "learner")
+    inbox = Episodes(learner.session, plane)
+    actor = open_session(plane, "actor", "a0")
+    rng = np.random.default_rng(0)
+    frames = [{"state": rng.normal(size=7).astype(np.float32), "front": rng.integers(0, 255, (3, 8, 8), np.uint8)}
+              for _ in range(2)]  # fmt: skip
+    summary = {"actor_id": "a0", "episode": 1, "success": False}
+    verdicts = [(frames[0], False, True), (frames[1], True, False)]  # (frame, said success, was paid)
+    report_episode(actor.session, plane, "a0", {**summary, "verdicts": verdicts})
+    report_episode(actor.session, plane, "a0", {**summary, "episode": 2})
+    got: list = []
+    wait_until(lambda: bool(got.extend(inbox.take())) or len(got) == 2, 5.0)
+    assert [e["episode"] for e in got] == [1, 2] and "verdicts" not in got[1]
+    (f0, said0, paid0), (f1, said1, paid1) = got[0]["verdicts"]
+    assert (said0, paid0, said1, paid1) == (False, True, True, False)
+    for sent, heard in ((frames[0], f0), (frames[1], f1)):
+        assert heard.keys() == sent.keys() and all(np.array_equal(heard[k], sent[k]) for k in sent)
+        assert heard["front"].dtype == np.uint8
+    actor.close()
+    learner.close()
