@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from bench_robot_loop import HZ, TASKS, Cell, SimRobot, Stages, demos_and_classifier
 from common import cli
 
@@ -87,7 +88,28 @@ def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes
         mins = r["robot_min_per_robot_to_confirmed"]
         base = one and one["robot_min_per_robot_to_confirmed"]
         r["speedup_vs_one_robot"] = base / mins if base and mins else None
-    return rows
+    return rows + fleet_means(rows)
+
+
+def fleet_means(rows: list[dict], draws: int = 10_000) -> list[dict]:
+    """Per fleet size above one, over the seeds where every size confirmed: the mean robot-min per robot against
+    one robot's mean, and a 90 % bootstrap interval of that ratio (seeds drawn with replacement, each with all its
+    fleets). One run per seed divides two noisy crossings; this is the speed-up a lab can expect."""
+    sizes = sorted({r["robots"] for r in rows})
+    mins = {(r["seed"], r["robots"]): r["robot_min_per_robot_to_confirmed"] for r in rows}
+    seeds = sorted(s for s in {r["seed"] for r in rows} if all(mins.get((s, n)) for n in sizes))
+    if 1 not in sizes or len(seeds) < 2:
+        return []
+    table = np.array([[mins[s, n] for n in sizes] for s in seeds])  # seeds x sizes
+    means = table.mean(axis=0)
+    draws_idx = np.random.default_rng(0).integers(0, len(seeds), (draws, len(seeds)))
+    boot = table[draws_idx].mean(axis=1)  # draws x sizes
+    return [{
+        "bench": f"fleet robot time: {n} sim robots, mean of seeds {','.join(map(str, seeds))}", "robots": n,
+        "seeds": seeds, "robot_min_per_robot_mean": float(means[i]), "one_robot_mean": float(means[0]),
+        "speedup_of_means": float(means[0] / means[i]),
+        "speedup_of_means_90ci": [float(x) for x in np.percentile(boot[:, 0] / boot[:, i], [5, 95])],
+    } for i, n in enumerate(sizes) if n > 1]  # fmt: skip
 
 
 def launch_args(n: int, seed: int, budget: Budget, shared: list[str], run: Path) -> list[str]:
