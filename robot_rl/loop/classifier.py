@@ -304,6 +304,13 @@ class Refits:
         rested = self._updates_at_refit is None or updates - self._updates_at_refit >= self.steps
         return rested and len(self.verdicts) + len(self.judged) - self._at_refit >= self.every
 
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        """The refitted classifier for actor nodes, `classifier.` keys beside the policy's (`nodes.actor_node.
+        load_weights`), so a person's verdicts on any arm reach every arm; none before the first refit."""
+        if not self.refits:
+            return {}
+        return {f"classifier.{k}": v.detach().clone() for k, v in self.clf.state_dict().items()}
+
     def counts(self) -> dict[str, int]:
         """For the evaluation log, so far: paid frames judged, those the person called no success (false positives),
         unpaid frames they called a success (missed successes), refits."""

@@ -194,7 +194,7 @@ def learn_in_ranks(run: TrainingRun, link, stats: EpisodeStats, ranks: Ranks, pu
         else:
             publish(idle=not fleet[0])
             _walk(run, stats, before[0], fleet[0])
-            take_episodes(run.state, link.episodes(), stats, run.judged)
+            take_episodes(run.state, link.episodes(), stats, run.refits)
 
 
 def _save_shard(run: TrainingRun, start: int, steps: int) -> None:

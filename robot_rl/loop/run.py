@@ -27,12 +27,11 @@ from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
 
 if TYPE_CHECKING:
-    from collections import deque
-
     from torch.utils.tensorboard import SummaryWriter
 
     from robot_rl.loop.actor import EpisodeStats
     from robot_rl.loop.cells import Cell
+    from robot_rl.loop.classifier import Refits
 
 
 def resolve_device(name: str) -> torch.device:
@@ -219,16 +218,16 @@ class Evaluations:
         }
 
 
-def take_episodes(state: RunState, episodes: Iterable[dict], stats: EpisodeStats, judged: deque | None) -> None:
+def take_episodes(state: RunState, episodes: Iterable[dict], stats: EpisodeStats, refits: Refits | None) -> None:
     """A learner node's actors' episode summaries: the training success rate, each robot actor's arm time so far
-    (into the run state, which checkpoints keep), and the person's verdicts on their frames into `judged` (the
-    run's `Refits.judged`; None: the run does not refit)."""
+    (into the run state, which checkpoints keep), and the person's verdicts on their frames for the run's refits
+    (None: it does not refit)."""
     for e in episodes:
         stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
         if "arm_s" in e:
             state.actor_arm_s[e["actor_id"]] = e["arm_s"]
-        if judged is not None:
-            judged.extend(e.get("verdicts", ()))
+        if refits is not None:
+            refits.judged.extend(e.get("verdicts", ()))
 
 
 def actor_counts(actors: Mapping[str, Any], updates: int) -> dict[str, dict]:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import copy
 import signal
 import time
-from collections import deque
 from pathlib import Path
 
-import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -195,19 +193,6 @@ class TrainingRun:
             return True
         self.bar.write(f"evaluation at step {step} skipped: no update since the last one")
         return False
-
-    @property
-    def judged(self) -> deque | None:
-        """Where a learner node puts the verdicts its actors report (`Refits.judged`); None: the run does not refit."""
-        return self.refits.judged if self.refits is not None else None
-
-    def actor_weights(self) -> dict[str, torch.Tensor]:
-        """What actor nodes load: the policy, and once refitted the classifier that rewards them (`classifier.`
-        keys; `nodes.actor_node.load_weights`), so a person's verdicts on any arm reach every arm."""
-        weights = self.learner.policy_weights()
-        if self.refits is not None and self.refits.refits:
-            weights |= {f"classifier.{k}": v.detach().clone() for k, v in self.refits.clf.state_dict().items()}
-        return weights
 
     def _refit_counts(self) -> dict[str, int]:
         """What the evaluation log and the summary say of the refits (`Refits.counts`); nothing without them."""

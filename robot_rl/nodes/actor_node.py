@@ -49,7 +49,7 @@ def actor_classifier(cfg: TrainConfig) -> RewardClassifier | None:
 
 def load_weights(actor: Actor, clf: RewardClassifier | None, weights: dict[str, torch.Tensor], version: int) -> None:
     """The learner's policy, and the classifier it refitted on a person's verdicts where it sends one
-    (`TrainingRun.actor_weights`): loaded in place, so the env's reward wrapper pays by it from the next step."""
+    (`Refits.actor_weights`): loaded in place, so the env's reward wrapper pays by it from the next step."""
     refitted = {k.removeprefix("classifier."): v for k, v in weights.items() if k.startswith("classifier.")}
     if refitted and clf is not None:
         clf.load_state_dict(refitted)

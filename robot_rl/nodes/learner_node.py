@@ -59,8 +59,8 @@ def _lead(run: TrainingRun, link: LearnerLink, ranks: Ranks) -> Path:
 
 
 class Publishing:
-    """Weights out (`TrainingRun.actor_weights`) every `every` updates, sooner when the learner is out of data
-    (`idle`), and at the end."""
+    """Weights out (the policy's, and a refitted classifier's: `Refits.actor_weights`) every `every` updates, sooner
+    when the learner is out of data (`idle`), and at the end."""
 
     def __init__(self, weights: Any, run: TrainingRun, every: int) -> None:
         self.weights, self.run, self.every = weights, run, every
@@ -70,7 +70,8 @@ class Publishing:
     def __call__(self, idle: bool = False, final: bool = False) -> None:
         updates = self.run.learner.updates
         if final or updates - self.published >= self.every or (idle and updates > self.published):
-            self.weights.publish(self.run.actor_weights(), updates)
+            refitted = self.run.refits.actor_weights() if self.run.refits is not None else {}
+            self.weights.publish(self.run.learner.policy_weights() | refitted, updates)
             self.published = updates
 
 
@@ -99,4 +100,4 @@ def _learn(run: TrainingRun, link: LearnerLink, stats: EpisodeStats, publish: Pu
         if slice_s is not None and not run.done:
             learner.train_for(slice_s)
             publish()
-        take_episodes(run.state, link.episodes(), stats, run.judged)
+        take_episodes(run.state, link.episodes(), stats, run.refits)

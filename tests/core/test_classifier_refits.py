@@ -214,15 +214,15 @@ def test_verdicts_on_missed_successes_refit_the_classifier_to_pay_them(trained: 
 
 def test_a_fleets_verdicts_refit_the_classifier_every_actor_then_pays_by(trained: Path, tmp_path: Path) -> None:
     """On a fleet the verdicts arrive with the actors' episode summaries (`take_episodes`), the learner node
-    refits, and the refitted classifier travels with the policy weights (`TrainingRun.actor_weights`) into the
-    classifier an actor node's reward wrapper pays by (`actor_node.load_weights`)."""
+    refits, and the refitted classifier travels with the policy weights (`Publishing`, `Refits.actor_weights`) into
+    the classifier an actor node's reward wrapper pays by (`actor_node.load_weights`)."""
     from types import SimpleNamespace
 
     from robot_rl.algos.sac import SACConfig, make_policy
     from robot_rl.loop.actor import Actor, EpisodeStats
     from robot_rl.loop.run import RunState, take_episodes
-    from robot_rl.loop.trainer import TrainingRun
     from robot_rl.nodes.actor_node import load_weights
+    from robot_rl.nodes.learner_node import Publishing
     from robot_rl.types import ObsLayout
 
     run_dir = tmp_path / "run"
@@ -231,25 +231,29 @@ def test_a_fleets_verdicts_refit_the_classifier_every_actor_then_pays_by(trained
     refits = Refits(_cfg(run_dir), run_dir, load_classifier(trained)[0])
     lay = ObsLayout.of_env(make_env(EnvConfig(), seed=0))
     learner_policy = make_policy(SACConfig(), lay.state_dim, lay.action_dim)
-    learner = SimpleNamespace(refits=refits, learner=SimpleNamespace(
-        policy_weights=lambda: {k: v.clone() for k, v in learner_policy.state_dict().items()}))  # fmt: skip
-    assert not any(k.startswith("classifier.") for k in TrainingRun.actor_weights(learner))  # none refitted yet
+    sent: list = []
+    learner = SimpleNamespace(refits=refits, learner=SimpleNamespace(updates=0, policy_weights=lambda: {
+        k: v.clone() for k, v in learner_policy.state_dict().items()}))  # fmt: skip
+    publish = Publishing(SimpleNamespace(publish=lambda w, v: sent.append((w, v))), learner, every=10)
+    assert not any(k.startswith("classifier.") for k in sent[-1][0])  # none refitted yet: actors hold the file's
 
     hovering = [({"state": s}, False, True) for s in _frames(np.random.default_rng(2), HOVER, 19)]
     inserted = [({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True, True)]
     summaries = [{"actor_id": f"actor{i}", "success": i == 1, "length": 30, "interventions": 0, "verdicts": v}
                  for i, v in enumerate((hovering, inserted))]  # fmt: skip
-    take_episodes(RunState(), [*summaries, {**summaries[0], "verdicts": []}], EpisodeStats(), refits.judged)
+    take_episodes(RunState(), [*summaries, {**summaries[0], "verdicts": []}], EpisodeStats(), refits)
     assert refits.due(updates=0)
     refits.refit(updates=0)
+    learner.learner.updates = 10
+    publish()
 
     on_arm = load_classifier(trained)[0]  # what an actor node loaded from reward.classifier_path
     wrapper = ClassifierReward(make_env(EnvConfig(), seed=0), on_arm)
     actor = Actor(wrapper, make_policy(SACConfig(), lay.state_dim, lay.action_dim))
     thr = float(on_arm.threshold)
     assert (_probs(wrapper.clf, HOVER, 4) > thr).mean() > 0.5  # it pays for hovering
-    load_weights(actor, on_arm, TrainingRun.actor_weights(learner), 7)
-    assert actor.policy_version == 7
+    load_weights(actor, on_arm, *sent[-1])
+    assert actor.policy_version == 10
     assert all(torch.equal(a, b) for a, b in zip(actor.policy.state_dict().values(),
                                                  learner_policy.state_dict().values(), strict=True))  # fmt: skip
     assert np.array_equal(_probs(wrapper.clf, HOVER, 4), _probs(refits.clf, HOVER, 4))
