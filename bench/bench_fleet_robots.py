@@ -62,6 +62,10 @@ class Budget:
 
 FULL, QUICK = Budget(6000, 250, 10, 40), Budget(120, 60, 1, 2)
 REALTIME = Budget(4000, 250, 10, 40)  # one robot confirmed at 2750 in lockstep (seed 0)
+# A fleet's learner is a GPU box: its profile's ensemble (configs/profile/gpu.yaml, RLPD's 10 critics, min over a
+# random pair) at the CPU profile's UTD, so the replay ratio stays 2. Lockstep keeps the 2-core box's slower
+# updates (2.3x a 2-critic update here) out of robot time.
+LEARNER = ("sac.n_critics=10",)
 
 
 def main(quick: bool = False, robots: str = "1,2,4", seeds: str = "0,1", minutes: float = 240.0,
@@ -118,7 +122,7 @@ def launch_args(n: int, seed: int, budget: Budget, shared: list[str], run: Path)
     refit = TASKS["pick_cube"].refit
     cells = ",".join(str(FIRST_CELL + 2 * i) for i in range(n))  # ports apart: Fast DDS's per-domain ranges
     return [
-        "launch", "robot=sim", "task=pick_cube", "obs=pixels", "threads=1", f"seed={seed}",
+        "launch", "robot=sim", "task=pick_cube", "obs=pixels", "threads=1", f"seed={seed}", *LEARNER,
         f"distributed.cell_domains=[{cells}]", "distributed.standins=true", "loop.buffer_capacity=4000",
         *TASKS["pick_cube"].robot, *shared, "reward.source=classifier", f"reward.refit_every={refit[0]}",
         f"reward.refit_steps={refit[1]}", "intervention.device=simulated",
