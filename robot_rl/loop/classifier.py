@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import time
 from collections import deque
 from collections.abc import Callable
@@ -245,6 +246,28 @@ def _train_on_scripted_frames(cfg: TrainConfig, layout: ObsLayout) -> tuple[Rewa
     return clf, metrics
 
 
+Verdict = tuple[dict[str, np.ndarray], bool, bool]  # (frame, the person said success, the classifier paid)
+
+
+def pack_verdicts(verdicts: list[Verdict]) -> bytes:
+    """Verdicts as one npz, each frame key stacked, no pickles: the run dir's copy a resume loads, and what an actor
+    node sends the learner with its episode summary."""
+    frames, said, paid = zip(*verdicts, strict=True)
+    buf = io.BytesIO()
+    np.savez(buf, label=np.array(said, bool), paid=np.array(paid, bool),
+             **{f"obs.{k}": np.stack([f[k] for f in frames]) for k in frames[0]})  # fmt: skip
+    return buf.getvalue()
+
+
+def unpack_verdicts(blob: bytes) -> list[Verdict]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+        obs = {k[4:]: f[k] for k in f.files if k.startswith("obs.")}
+        said = f["label"] > 0.5
+        paid = f["paid"] if "paid" in f.files else np.ones(len(said), bool)  # run dirs kept before misses were
+        return [({k: v[i] for k, v in obs.items()}, bool(y), bool(p)) for i, (y, p) in enumerate(zip(said, paid,
+                strict=True))]  # fmt: skip
+
+
 class Refits:
     """HIL-SERL's answer to a classifier a policy has learnt to fool: the person's verdicts on the frames the
     classifier paid for (`Actor.judged`), and their success key on frames it did not (successes it missed, which a
@@ -271,15 +294,11 @@ class Refits:
             raise UserError(f"{store} records state {layout['state_layout']}, the classifier reads "
                             f"{self.meta['state_layout']}")  # fmt: skip
         self.store = join(episodes)
-        self.judged: deque[tuple[dict[str, np.ndarray], bool, bool]] = deque()  # the actor's (`Actor.judged`)
-        self.verdicts: list[tuple[dict[str, np.ndarray], bool, bool]] = []  # (frame, said success, was paid)
+        self.judged: deque[Verdict] = deque()  # the actor's (`Actor.judged`)
+        self.verdicts: list[Verdict] = []
         self.refits = self.meta.get("refits", 0)
         if cfg.resume and self.frames_path.exists():
-            with np.load(self.frames_path) as f:
-                labels = f["label"]
-                paid = f["paid"] if "paid" in f.files else np.ones(len(labels), bool)  # kept before misses were
-                self.verdicts = [({k[4:]: f[k][i] for k in f.files if k.startswith("obs.")}, bool(y), bool(paid[i]))
-                                 for i, y in enumerate(labels)]  # fmt: skip
+            self.verdicts = unpack_verdicts(self.frames_path.read_bytes())
         self._at_refit = len(self.verdicts)
         self._updates_at_refit: int | None = None  # the learner's updates at the last refit (None: none yet)
         self._wrappers: list[ClassifierReward] = []
@@ -326,7 +345,7 @@ class Refits:
         `updates`: the learner's update count now (`due`)."""
         self._updates_at_refit = updates
         self._take()
-        frames, said, paid = zip(*self.verdicts, strict=True)
+        frames, said, _ = zip(*self.verdicts, strict=True)
         mine = ClassifierData({k: np.stack([o[k] for o in frames]) for k in self.store.obs}, np.array(said, np.float32))
         data = join([self.store, mine])
         weights = np.concatenate([np.ones(len(self.store.labels)), self._verdict_weights(mine.labels)])
@@ -338,8 +357,7 @@ class Refits:
         self.refits += 1
         self._at_refit = len(self.verdicts)
         save_classifier(self.clf, self.path, {**self.meta, "refits": self.refits})
-        np.savez(self.frames_path, label=mine.labels, paid=np.array(paid, bool),
-                 **{f"obs.{k}": v for k, v in mine.obs.items()})  # fmt: skip
+        self.frames_path.write_bytes(pack_verdicts(self.verdicts))
         return classifier_metrics(self.clf, mine)
 
     def refit_and_log(self, writer: SummaryWriter, say: Callable[[str], None], step: int, updates: int) -> None:

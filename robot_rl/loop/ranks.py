@@ -121,14 +121,15 @@ def pin_device(world: int) -> int:
 def rank_config(cfg: TrainConfig, rank: int) -> TrainConfig:
     """A rank other than the lead: its own folder in the run, the lead's demos and seed (a frozen trunk pretrains
     alike; `start_alike` then reseeds the sampling), no evaluations; its checkpoints hold its shard, at the lead's
-    steps, for a resume."""
+    steps, for a resume; no classifier refits (the lead's actors pay by the lead's)."""
     lead_dir = Path(cfg.resume or cfg.run_dir)
     loop = dataclasses.replace(cfg.loop, eval_every=0, eval_at_start=False, final_eval_episodes=0)
+    reward = dataclasses.replace(cfg.reward, refit_every=0)
     demos = cfg.demos
     if not demos.path and cfg.robot is None:  # the lead collected them before it started this rank
         demos = dataclasses.replace(demos, path=str(lead_dir / "demos.zarr"))
     rank_dir = str(lead_dir / f"rank{rank}")
-    return dataclasses.replace(cfg, run_dir=rank_dir, resume=rank_dir, loop=loop, demos=demos)
+    return dataclasses.replace(cfg, run_dir=rank_dir, resume=rank_dir, loop=loop, demos=demos, reward=reward)
 
 
 def spawn_ranks(world: int, overrides: list[str]) -> list[subprocess.Popen]:

@@ -25,13 +25,13 @@ from robot_rl.envs import make_env
 from robot_rl.evaluation import EvalResult, conclusive, evaluate, failures_to_miss
 from robot_rl.hardware import fastest_threads, pick_device
 from robot_rl.loop.checks import check_demo_store, check_run_dir
+from robot_rl.loop.classifier import Refits, unpack_verdicts
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
     from robot_rl.loop.actor import EpisodeStats
     from robot_rl.loop.cells import Cell
-    from robot_rl.loop.classifier import Refits
 
 
 def resolve_device(name: str) -> torch.device:
@@ -226,8 +226,8 @@ def take_episodes(state: RunState, episodes: Iterable[dict], stats: EpisodeStats
         stats.record(bool(e["success"]), int(e["length"]), int(e["interventions"]))
         if "arm_s" in e:
             state.actor_arm_s[e["actor_id"]] = e["arm_s"]
-        if refits is not None:
-            refits.judged.extend(e.get("verdicts", ()))
+        if refits is not None and "verdicts" in e:
+            refits.judged.extend(unpack_verdicts(e["verdicts"]))
 
 
 def actor_counts(actors: Mapping[str, Any], updates: int) -> dict[str, dict]:

@@ -28,6 +28,7 @@ from robot_rl.config import TrainConfig
 from robot_rl.errors import UserError
 from robot_rl.loop.actor import Actor
 from robot_rl.loop.adapters import make_train_env
+from robot_rl.loop.classifier import pack_verdicts
 from robot_rl.loop.human import make_human
 from robot_rl.nodes.links import actor_link
 from robot_rl.real.timing import frozen_heap, one_inference_thread
@@ -142,7 +143,7 @@ def run_actor(cfg: TrainConfig, index: int, max_episodes: int = 0) -> int:
                     "episode_return": float(e.episode_return), "success": bool(e.success),
                     "interventions": int(e.interventions), "policy_version": int(actor.policy_version),
                     **({"arm_s": dict(clock.seconds)} if clock is not None else {}),
-                    **({"verdicts": drain(actor.judged)} if actor.judged else {}),
+                    **({"verdicts": pack_verdicts(drain(actor.judged))} if actor.judged else {}),
                 })  # fmt: skip
             if period:
                 next_tick += period

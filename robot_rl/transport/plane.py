@@ -24,7 +24,6 @@ Keys, all under `robot_rl/<run id>/` so two runs on one network never cross-feed
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import threading
 import time
@@ -32,7 +31,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import zenoh
 from safetensors.torch import load as st_load
@@ -369,33 +367,16 @@ class WeightsClient:
 
 
 def report_episode(session: zenoh.Session, cfg: PlaneConfig, actor_id: str, summary: dict) -> None:
-    """An actor's episode summary (JSON) for the learner's training statistics; its `verdicts` (a person's
-    (frame, said success, was paid) on the episode's frames, for the learner's classifier refits) ride along as an
-    npz attachment. Blocking, as transitions are: a verdict is a person's work."""
-    verdicts = summary.get("verdicts") or []
+    """An actor's episode summary (JSON) for the learner's training statistics; its `verdicts` (a person's verdicts
+    on the episode's frames for the learner's classifier refits, packed: `loop.classifier.pack_verdicts`) ride along
+    as the attachment. Blocking, as transitions are: a verdict is a person's work."""
     body = json.dumps({k: v for k, v in summary.items() if k != "verdicts"}).encode()
-    session.put(f"{cfg.prefix}/episodes/{actor_id}", body, attachment=pack_verdicts(verdicts) if verdicts else None,
+    session.put(f"{cfg.prefix}/episodes/{actor_id}", body, attachment=summary.get("verdicts"),
                 congestion_control=zenoh.CongestionControl.BLOCK)  # fmt: skip
 
 
-def pack_verdicts(verdicts: list[tuple[dict[str, np.ndarray], bool, bool]]) -> bytes:
-    """(frame, said, paid) triples as one npz: each frame key stacked, no pickles."""
-    frames, said, paid = zip(*verdicts, strict=True)
-    buf = io.BytesIO()
-    np.savez(buf, said=np.array(said, bool), paid=np.array(paid, bool),
-             **{f"obs.{k}": np.stack([f[k] for f in frames]) for k in frames[0]})  # fmt: skip
-    return buf.getvalue()
-
-
-def unpack_verdicts(blob: bytes) -> list[tuple[dict[str, np.ndarray], bool, bool]]:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
-        obs = {k[4:]: f[k] for k in f.files if k.startswith("obs.")}
-        return [({k: v[i] for k, v in obs.items()}, bool(s), bool(p)) for i, (s, p) in enumerate(zip(f["said"],
-                f["paid"], strict=True))]  # fmt: skip
-
-
 class Episodes:
-    """Learner side: the actors' episode summaries, oldest first (`take` each loop), with their `verdicts`."""
+    """Learner side: the actors' episode summaries, oldest first (`take` each loop), with their packed `verdicts`."""
 
     def __init__(self, session: zenoh.Session, cfg: PlaneConfig, capacity: int = 1024) -> None:
         self.sub = session.declare_subscriber(f"{cfg.prefix}/episodes/*", zenoh.handlers.FifoChannel(capacity))
@@ -405,7 +386,7 @@ class Episodes:
         while (sample := self.sub.try_recv()) is not None:
             e = json.loads(sample.payload.to_bytes())
             if sample.attachment is not None:
-                e["verdicts"] = unpack_verdicts(sample.attachment.to_bytes())
+                e["verdicts"] = sample.attachment.to_bytes()
             out.append(e)
         return out
 

@@ -17,7 +17,7 @@ from robot_rl.algos.reward_classifier import ClassifierReward, load_classifier, 
 from robot_rl.config import TrainConfig
 from robot_rl.demos.store import EpisodeStore
 from robot_rl.envs import make_env
-from robot_rl.loop.classifier import Refits, train_classifier
+from robot_rl.loop.classifier import Refits, pack_verdicts, train_classifier
 from robot_rl.sim.config import EnvConfig
 
 INSERTED, HOVER = (0.060, 0.070), (0.088, 0.094)  # TCP heights: the store has no frame at hovering height
@@ -239,9 +239,10 @@ def test_a_fleets_verdicts_refit_the_classifier_every_actor_then_pays_by(trained
 
     hovering = [({"state": s}, False, True) for s in _frames(np.random.default_rng(2), HOVER, 19)]
     inserted = [({"state": _frames(np.random.default_rng(3), INSERTED, 1)[0]}, True, True)]
-    summaries = [{"actor_id": f"actor{i}", "success": i == 1, "length": 30, "interventions": 0, "verdicts": v}
-                 for i, v in enumerate((hovering, inserted))]  # fmt: skip
-    take_episodes(RunState(), [*summaries, {**summaries[0], "verdicts": []}], EpisodeStats(), refits)
+    summaries = [{"actor_id": f"actor{i}", "success": i == 1, "length": 30, "interventions": 0,
+                  "verdicts": pack_verdicts(v)} for i, v in enumerate((hovering, inserted))]  # fmt: skip
+    no_verdicts = {k: v for k, v in summaries[0].items() if k != "verdicts"}
+    take_episodes(RunState(), [*summaries, no_verdicts], EpisodeStats(), refits)
     assert refits.due(updates=0)
     refits.refit(updates=0)
     learner.learner.updates = 10

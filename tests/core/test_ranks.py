@@ -17,7 +17,7 @@ from robot_rl.commands.train import node_config
 from robot_rl.config import load_config
 from robot_rl.errors import ConfigError, UserError
 from robot_rl.loop.learner import Learner
-from robot_rl.loop.ranks import Ranks
+from robot_rl.loop.ranks import Ranks, rank_config
 from robot_rl.types import Batch
 
 CFG = SACConfig(hidden=(32, 32), critic_lr=3e-3, tau=0.05, init_temperature=1e-4, temp_lr=0.0, bf16="off")
@@ -110,3 +110,11 @@ def test_ranks_with_frozen_trunks_start_only_when_their_trunks_are_the_leads(tmp
 def test_ranks_off_the_zenoh_plane_or_below_one_are_refused_at_load(wrong: list[str]) -> None:
     with pytest.raises(ConfigError, match="distributed.learners"):
         node_config(load_config(wrong))
+
+
+def test_only_the_lead_rank_refits_the_classifier(tmp_path: Path) -> None:
+    """The lead's actors pay by the lead's classifier: other ranks neither build refits nor need the verdicts."""
+    refits = ["reward.source=classifier", "reward.classifier_path=c.safetensors", "reward.refit_every=25",
+              "intervention.device=simulated"]
+    cfg = load_config(["robot=sim", *refits, f"run_dir={tmp_path}"])
+    assert cfg.reward.refit_every == 25 and rank_config(cfg, 1).reward.refit_every == 0

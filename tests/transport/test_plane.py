@@ -15,6 +15,7 @@ from transport_util import make_episode, wait_until
 
 from robot_rl.config import load_config
 from robot_rl.errors import UserError
+from robot_rl.loop.classifier import pack_verdicts, unpack_verdicts
 from robot_rl.nodes.links import actor_link, with_run_id
 from robot_rl.transport.base import BackpressureTimeout, PlaneConfig, TlsConfig
 from robot_rl.transport.plane import (
@@ -266,12 +267,12 @@ def test_a_persons_verdicts_ride_with_the_episode_summary(plane: PlaneConfig) ->
               for _ in range(2)]  # fmt: skip
     summary = {"actor_id": "a0", "episode": 1, "success": False}
     verdicts = [(frames[0], False, True), (frames[1], True, False)]  # (frame, said success, was paid)
-    report_episode(actor.session, plane, "a0", {**summary, "verdicts": verdicts})
+    report_episode(actor.session, plane, "a0", {**summary, "verdicts": pack_verdicts(verdicts)})
     report_episode(actor.session, plane, "a0", {**summary, "episode": 2})
     got: list = []
     wait_until(lambda: bool(got.extend(inbox.take())) or len(got) == 2, 5.0)
     assert [e["episode"] for e in got] == [1, 2] and "verdicts" not in got[1]
-    (f0, said0, paid0), (f1, said1, paid1) = got[0]["verdicts"]
+    (f0, said0, paid0), (f1, said1, paid1) = unpack_verdicts(got[0]["verdicts"])
     assert (said0, paid0, said1, paid1) == (False, True, True, False)
     for sent, heard in ((frames[0], f0), (frames[1], f1)):
         assert heard.keys() == sent.keys() and all(np.array_equal(heard[k], sent[k]) for k in sent)
