@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -227,7 +228,11 @@ def take_episodes(state: RunState, episodes: Iterable[dict], stats: EpisodeStats
         if "arm_s" in e:
             state.actor_arm_s[e["actor_id"]] = e["arm_s"]
         if refits is not None and "verdicts" in e:
-            refits.judged.extend(unpack_verdicts(e["verdicts"]))
+            try:
+                refits.judged.extend(unpack_verdicts(e["verdicts"]))
+            except (ValueError, KeyError, OSError, zipfile.BadZipFile) as err:  # one actor's bytes, not the run's end
+                print(f"{e['actor_id']}: unreadable verdicts dropped with episode {e.get('episode')}: {err!r}",
+                      file=sys.stderr)  # fmt: skip
 
 
 def actor_counts(actors: Mapping[str, Any], updates: int) -> dict[str, dict]:

@@ -259,3 +259,21 @@ def test_a_fleets_verdicts_refit_the_classifier_every_actor_then_pays_by(trained
                                                  learner_policy.state_dict().values(), strict=True))  # fmt: skip
     assert np.array_equal(_probs(wrapper.clf, HOVER, 4), _probs(refits.clf, HOVER, 4))
     assert (_probs(wrapper.clf, HOVER, 4) > thr).mean() < 0.1  # the person's no reached this arm
+
+
+def test_unreadable_verdicts_cost_only_themselves(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bytes that are no verdicts npz (a truncated or foreign attachment) are dropped in one line; the episode still
+    counts and the next actor's verdicts are taken."""
+    from types import SimpleNamespace
+
+    from robot_rl.loop.actor import EpisodeStats
+    from robot_rl.loop.run import RunState, take_episodes
+
+    good = pack_verdicts([({"state": np.zeros(7, np.float32)}, True, True)])
+    refits, stats = SimpleNamespace(judged=deque()), EpisodeStats()
+    summary = {"actor_id": "actor0", "episode": 3, "success": False, "length": 30, "interventions": 0}
+    bad = [good[: len(good) // 2], b"not an npz", pack_verdicts([({"state": np.zeros(7)}, True, True)])[:40]]
+    take_episodes(RunState(), [{**summary, "verdicts": b} for b in bad] + [{**summary, "verdicts": good}], stats,
+                  refits)  # fmt: skip
+    assert stats.episodes == 4 and len(refits.judged) == 1
+    assert capsys.readouterr().err.count("actor0: unreadable verdicts dropped with episode 3") == 3

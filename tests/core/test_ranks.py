@@ -114,7 +114,11 @@ def test_ranks_off_the_zenoh_plane_or_below_one_are_refused_at_load(wrong: list[
 
 def test_only_the_lead_rank_refits_the_classifier(tmp_path: Path) -> None:
     """The lead's actors pay by the lead's classifier: other ranks neither build refits nor need the verdicts."""
-    refits = ["reward.source=classifier", "reward.classifier_path=c.safetensors", "reward.refit_every=25",
-              "intervention.device=simulated"]
+    refits = [
+        "reward.source=classifier",
+        "reward.classifier_path=c.safetensors",
+        "reward.refit_every=25",
+        "intervention.device=simulated",
+    ]
     cfg = load_config(["robot=sim", *refits, f"run_dir={tmp_path}"])
     assert cfg.reward.refit_every == 25 and rank_config(cfg, 1).reward.refit_every == 0
